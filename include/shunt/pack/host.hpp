@@ -1,0 +1,282 @@
+// shunt/pack/host.hpp: the host packer driven by the canonical layout: whole or partial packing and
+// unpacking of any count of elements, with copy loops specialised by block length.
+#pragma once
+
+#include <shunt/datatype/layout.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace shunt {
+namespace detail {
+
+/// One level of a pack program: `count` iterations `stride` bytes apart in the typed buffer,
+/// each producing `inner` packed bytes.
+struct pack_level {
+    std::int64_t count;
+    std::int64_t stride;
+    std::int64_t inner;
+};
+
+/// A layout with the element count folded in as its outermost dimension, merged where the
+/// elements tile. Small programs live on the stack; deep ones spill to the heap.
+class pack_program {
+public:
+    pack_program(const layout& form, std::int64_t extent, std::int64_t count) {
+        blocks_ = form.blocks.data();
+        nblocks_ = form.blocks.size();
+        block_bytes_ = form.block_bytes();
+        const std::size_t n = form.dims.size() + 1;
+        levels_ = n <= inline_levels ? inline_ : (heap_.resize(n), heap_.data());
+        nlevels_ = 0;
+        if (count != 1) levels_[nlevels_++] = {count, extent, 0};
+        for (const auto& d : form.dims) levels_[nlevels_++] = {d.count, d.stride, 0};
+        // The count dimension merges with a tiling outer dimension of the form, or folds into
+        // a single contiguous block (a dense type packs as one copy).
+        if (count != 1 && nlevels_ >= 2 && extent == levels_[1].count * levels_[1].stride) {
+            levels_[1].count = checked_mul(levels_[1].count, count);
+            std::copy(levels_ + 1, levels_ + nlevels_, levels_);
+            --nlevels_;
+        }
+        if (nlevels_ == 1 && nblocks_ == 1 && levels_[0].stride == blocks_[0].length) {
+            single_ = {blocks_[0].offset, checked_mul(blocks_[0].length, levels_[0].count)};
+            blocks_ = &single_;
+            block_bytes_ = single_.length;
+            nlevels_ = 0;
+        }
+        std::int64_t inner = block_bytes_;
+        for (std::size_t k = nlevels_; k-- > 0;) {
+            levels_[k].inner = inner;
+            inner = checked_mul(inner, levels_[k].count);
+        }
+        total_ = nblocks_ == 0 ? 0 : inner;
+    }
+    pack_program(const pack_program&) = delete;
+    pack_program& operator=(const pack_program&) = delete;
+
+    std::int64_t total() const { return total_; }
+    std::size_t nlevels() const { return nlevels_; }
+    const pack_level& level(std::size_t k) const { return levels_[k]; }
+    const block* blocks() const { return blocks_; }
+    std::size_t nblocks() const { return nblocks_; }
+    std::int64_t block_bytes() const { return block_bytes_; }
+
+private:
+    static constexpr std::size_t inline_levels = 12;
+    pack_level inline_[inline_levels];
+    std::vector<pack_level> heap_;
+    pack_level* levels_;
+    std::size_t nlevels_;
+    const block* blocks_;
+    std::size_t nblocks_;
+    std::int64_t block_bytes_;
+    block single_{};
+    std::int64_t total_;
+};
+
+inline std::byte* at(std::uintptr_t base, std::int64_t offset) {
+    return reinterpret_cast<std::byte*>(base + static_cast<std::uintptr_t>(offset));
+}
+
+/// Copies n bytes, n small: two possibly overlapping fixed-size moves instead of a call.
+inline void copy_small(std::byte* dst, const std::byte* src, std::int64_t n) {
+    if (n >= 8) {
+        if (n > 16) {
+            std::memcpy(dst, src, static_cast<std::size_t>(n));
+            return;
+        }
+        std::uint64_t a, b;
+        std::memcpy(&a, src, 8);
+        std::memcpy(&b, src + n - 8, 8);
+        std::memcpy(dst, &a, 8);
+        std::memcpy(dst + n - 8, &b, 8);
+    } else if (n >= 4) {
+        std::uint32_t a, b;
+        std::memcpy(&a, src, 4);
+        std::memcpy(&b, src + n - 4, 4);
+        std::memcpy(dst, &a, 4);
+        std::memcpy(dst + n - 4, &b, 4);
+    } else if (n >= 2) {
+        std::uint16_t a, b;
+        std::memcpy(&a, src, 2);
+        std::memcpy(&b, src + n - 2, 2);
+        std::memcpy(dst, &a, 2);
+        std::memcpy(dst + n - 2, &b, 2);
+    } else if (n == 1) {
+        *dst = *src;
+    }
+}
+
+/// Moves one block between the typed buffer and the packed stream.
+template <bool Pack>
+inline void move_block(std::byte* typed, std::byte* packed, std::int64_t n) {
+    if constexpr (Pack)
+        copy_small(packed, typed, n);
+    else
+        copy_small(typed, packed, n);
+}
+
+/// n rows of a fixed block length L, `stride` bytes apart in the typed buffer.
+template <bool Pack, std::int64_t L>
+inline void rows_fixed(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += L) {
+        if constexpr (Pack)
+            std::memcpy(packed, typed, L);
+        else
+            std::memcpy(typed, packed, L);
+    }
+}
+
+template <bool Pack>
+inline void rows_any(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+    if (len <= 16) {
+        for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) move_block<Pack>(typed, packed, len);
+    } else {
+        for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
+            if constexpr (Pack)
+                std::memcpy(packed, typed, static_cast<std::size_t>(len));
+            else
+                std::memcpy(typed, packed, static_cast<std::size_t>(len));
+        }
+    }
+}
+
+/// n strided rows of one block length: the hot loop of 2-D and N-D layouts, dispatched to a
+/// loop whose copy the compiler turns into plain moves.
+template <bool Pack>
+inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+    switch (len) {
+        case 1: return rows_fixed<Pack, 1>(typed, packed, stride, n);
+        case 2: return rows_fixed<Pack, 2>(typed, packed, stride, n);
+        case 3: return rows_fixed<Pack, 3>(typed, packed, stride, n);
+        case 4: return rows_fixed<Pack, 4>(typed, packed, stride, n);
+        case 6: return rows_fixed<Pack, 6>(typed, packed, stride, n);
+        case 8: return rows_fixed<Pack, 8>(typed, packed, stride, n);
+        case 12: return rows_fixed<Pack, 12>(typed, packed, stride, n);
+        case 16: return rows_fixed<Pack, 16>(typed, packed, stride, n);
+        case 24: return rows_fixed<Pack, 24>(typed, packed, stride, n);
+        case 32: return rows_fixed<Pack, 32>(typed, packed, stride, n);
+        case 48: return rows_fixed<Pack, 48>(typed, packed, stride, n);
+        case 64: return rows_fixed<Pack, 64>(typed, packed, stride, n);
+        case 128: return rows_fixed<Pack, 128>(typed, packed, stride, n);
+        default: return rows_any<Pack>(typed, packed, stride, n, len);
+    }
+}
+
+/// Packed bytes [lo, hi) of one pass over the block list at typed base `base`.
+template <bool Pack>
+inline void blocks_range(const pack_program& p, std::uintptr_t base, std::byte* packed, std::int64_t lo,
+                         std::int64_t hi) {
+    std::int64_t pos = 0;
+    for (std::size_t b = 0; b < p.nblocks() && pos < hi; ++b) {
+        const block& blk = p.blocks()[b];
+        const std::int64_t end = pos + blk.length;
+        if (end > lo) {
+            const std::int64_t from = std::max(lo, pos), to = std::min(hi, end);
+            move_block<Pack>(at(base, blk.offset + (from - pos)), packed, to - from);
+            packed += to - from;
+        }
+        pos = end;
+    }
+}
+
+/// Iterations [i0, i1) of level k, each complete.
+template <bool Pack>
+inline void full(const pack_program& p, std::size_t k, std::uintptr_t base, std::byte* packed, std::int64_t i0,
+                 std::int64_t i1) {
+    if (k == p.nlevels()) {  // no levels at all: one pass over the blocks
+        blocks_range<Pack>(p, base, packed, 0, p.block_bytes());
+        return;
+    }
+    const pack_level& lv = p.level(k);
+    if (k + 1 == p.nlevels()) {
+        if (p.nblocks() == 1) {
+            const block& b = p.blocks()[0];
+            rows<Pack>(at(base, b.offset + i0 * lv.stride), packed, lv.stride, i1 - i0, b.length);
+            return;
+        }
+        for (std::int64_t i = i0; i < i1; ++i) {
+            const std::uintptr_t row = base + static_cast<std::uintptr_t>(i * lv.stride);
+            for (std::size_t b = 0; b < p.nblocks(); ++b) {
+                const block& blk = p.blocks()[b];
+                move_block<Pack>(at(row, blk.offset), packed, blk.length);
+                packed += blk.length;
+            }
+        }
+        return;
+    }
+    const std::int64_t count = p.level(k + 1).count;
+    for (std::int64_t i = i0; i < i1; ++i, packed += lv.inner)
+        full<Pack>(p, k + 1, base + static_cast<std::uintptr_t>(i * lv.stride), packed, 0, count);
+}
+
+/// Packed bytes [lo, hi) of level k (0 <= lo < hi <= that level's packed size).
+template <bool Pack>
+inline void range(const pack_program& p, std::size_t k, std::uintptr_t base, std::byte* packed, std::int64_t lo,
+                  std::int64_t hi) {
+    if (k == p.nlevels()) {
+        blocks_range<Pack>(p, base, packed, lo, hi);
+        return;
+    }
+    const pack_level& lv = p.level(k);
+    const std::int64_t P = lv.inner;
+    std::int64_t i = lo / P;
+    if (lo != i * P || hi - i * P < P) {  // leading partial iteration
+        const std::int64_t from = lo - i * P, to = std::min(hi - i * P, P);
+        range<Pack>(p, k + 1, base + static_cast<std::uintptr_t>(i * lv.stride), packed, from, to);
+        packed += to - from;
+        ++i;
+    }
+    const std::int64_t iend = hi / P;
+    if (i < iend) {
+        full<Pack>(p, k, base, packed, i, iend);
+        packed += (iend - i) * P;
+        i = iend;
+    }
+    if (i * P < hi) range<Pack>(p, k + 1, base + static_cast<std::uintptr_t>(i * lv.stride), packed, 0, hi - i * P);
+}
+
+template <bool Pack>
+inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64_t count, std::uintptr_t typed,
+                             std::byte* packed, std::int64_t first, std::int64_t max_bytes) {
+    if (count <= 0 || first < 0 || max_bytes <= 0) return 0;
+    const pack_program p(form, extent, count);
+    const std::int64_t total = p.total();
+    if (first >= total) return 0;
+    const std::int64_t hi = max_bytes >= total - first ? total : first + max_bytes;
+    if (first == 0 && hi == total)
+        full<Pack>(p, 0, typed, packed, 0, p.nlevels() == 0 ? 1 : p.level(0).count);
+    else
+        range<Pack>(p, 0, typed, packed, first, hi);
+    return hi - first;
+}
+
+}  // namespace detail
+
+/// Packs bytes [first, first + max_bytes) of the packed stream of `count` elements of a type
+/// with canonical layout `form` and extent `extent`, element 0 at `inbuf` (block offsets are
+/// relative to it: negative, or absolute with MPI_BOTTOM), into `out`. Returns the bytes
+/// written: min(max_bytes, count * size - first), 0 when first is past the end. The bytes are
+/// those MPI_Pack writes. Not synchronised: callers must not pack into overlapping outputs
+/// from several threads. `out` must not overlap the typed buffer.
+inline std::int64_t pack_host(const layout& form, std::int64_t extent, std::int64_t count, const void* inbuf,
+                              void* out, std::int64_t first = 0,
+                              std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max()) {
+    return detail::transfer<true>(form, extent, count, reinterpret_cast<std::uintptr_t>(inbuf),
+                                  static_cast<std::byte*>(out), first, max_bytes);
+}
+
+/// The inverse of pack_host: reads packed bytes [first, first + max_bytes) from `in` and
+/// scatters them into the typed buffer `outbuf` as MPI_Unpack does. Returns the bytes read.
+inline std::int64_t unpack_host(const layout& form, std::int64_t extent, std::int64_t count, const void* in,
+                                void* outbuf, std::int64_t first = 0,
+                                std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max()) {
+    return detail::transfer<false>(form, extent, count, reinterpret_cast<std::uintptr_t>(outbuf),
+                                   const_cast<std::byte*>(static_cast<const std::byte*>(in)), first, max_bytes);
+}
+
+}  // namespace shunt
