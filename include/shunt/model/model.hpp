@@ -1,0 +1,207 @@
+// shunt/model/model.hpp: the cost model: named measured tables over analytic built-in defaults,
+// with online refinement from the calls actually executed.
+#pragma once
+
+#include <shunt/model/table.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shunt {
+
+/// Names of the model's tables. Every table maps a size in bytes to seconds.
+///   pack.<shunt|library>.b<L>, unpack.<shunt|library>.b<L>  host (un)packing of L-byte blocks
+///   copy.memcpy                                                host memory copy
+///   copy.<h2d|d2h|d2d>, launch                                  device copies, kernel launch
+///   p2p.<package|node|network>.<hh|hd|dh|dd>                   point-to-point ping-pong half round trip
+///   coll.<op>.<algorithm>.<level>                              one collective algorithm at one level
+///   compress.<name>.<cpu|gpu>                                  compressor throughput
+namespace table_names {
+inline std::string pack(bool library, bool unpack, std::int64_t block_len) {
+    return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" + std::to_string(block_len);
+}
+inline std::string p2p(std::string_view level, std::string_view buffers) {
+    return "p2p." + std::string(level) + "." + std::string(buffers);
+}
+}  // namespace table_names
+
+/// Parameters of the analytic model used where no measurement exists: latency + size /
+/// bandwidth per level, memory bandwidth, PCIe, per-block costs of the packers.
+struct analytic_params {
+    double memcpy_bytes_per_s = 8e9;
+    double library_call_s = 150e-9;   // MPI_Pack entry, convertor set-up
+    double library_block_s = 1.5e-9;  // per contiguous block (Open MPI 4.1: about 0.3 GB/s at 1-byte blocks)
+    double shunt_call_s = 40e-9;
+    double shunt_block_s = 0.6e-9;
+    double pcie_bytes_per_s = 25e9, pcie_latency_s = 8e-6;
+    double device_bytes_per_s = 2e12, launch_s = 5e-6;
+    struct level {
+        double latency_s, bytes_per_s;
+    };
+    level package{0.4e-6, 8e9}, node{0.8e-6, 5e9}, network{25e-6, 1.25e8};
+};
+
+/// Who a model belongs to: a model measured elsewhere is foreign and not used.
+struct model_identity {
+    std::string host, gpu, mpi;
+    bool operator==(const model_identity&) const = default;
+};
+
+/// A cost model: measured tables where they exist, the analytic model elsewhere, times a
+/// correction learned online. predict() is thread-safe; set() and load must happen before the
+/// model is shared.
+class cost_model {
+public:
+    cost_model() = default;
+    explicit cost_model(analytic_params p) : params_(p) {}
+    cost_model(const cost_model& o) : id(o.id), params_(o.params_), tables_(o.tables_) {}
+    cost_model& operator=(const cost_model& o) {
+        if (this != &o) id = o.id, params_ = o.params_, tables_ = o.tables_;
+        return *this;
+    }
+
+    model_identity id;
+
+    const analytic_params& params() const { return params_; }
+    const std::map<std::string, time_table, std::less<>>& tables() const { return tables_; }
+    const time_table* find(std::string_view name) const {
+        auto it = tables_.find(name);
+        return it == tables_.end() || it->second.empty() ? nullptr : &it->second;
+    }
+    void set(std::string name, time_table t) { tables_[std::move(name)] = std::move(t); }
+    time_table& table(const std::string& name) { return tables_[name]; }
+
+    /// True when `name` is measured rather than analytic.
+    bool measured(std::string_view name) const { return find(name) != nullptr; }
+
+    /// Seconds for `size` bytes in table `name`: measured if present, else analytic, times the
+    /// online correction of that table and size decade.
+    double predict(std::string_view name, double size) const { return raw(name, size) * correction(name, size); }
+
+    /// Seconds to (un)pack `bytes` as blocks of `block_len` bytes. Measured block lengths are
+    /// interpolated in log(block length) and log(time); outside the measured block lengths the
+    /// nearest measured table is scaled by the analytic model's ratio between the two lengths;
+    /// with no measurement at all the analytic model answers. The online correction applies to
+    /// table_names::pack(library, unpack, round(block_len)).
+    double predict_pack(bool library, bool unpack, double block_len, double bytes) const {
+        block_len = std::max(1.0, block_len);
+        const std::string name = table_names::pack(library, unpack, std::llround(block_len));
+        return raw_pack(library, unpack, block_len, bytes) * correction(name, bytes);
+    }
+
+    /// Online refinement: a call of table `name` at `size` bytes took `seconds`. The correction
+    /// for that table and size decade moves a quarter of the way to the observed ratio, bounded
+    /// to [1/8, 8] so one preempted call cannot swing a decision.
+    void observe(std::string_view name, double size, double seconds) {
+        const double predicted = raw_for_observe(name, size);
+        if (!(predicted > 0) || !(seconds > 0) || !std::isfinite(seconds)) return;
+        std::lock_guard lock(mutex_);
+        double& c = corrections_[key(name, size)];
+        if (c == 0) c = 1;
+        const double ratio = std::clamp(seconds / predicted, 0.125, 8.0);
+        c = 0.75 * c + 0.25 * ratio;
+        ++generation_;
+    }
+    /// Changes whenever an observation moved a correction (decision caches compare it).
+    std::uint64_t generation() const {
+        std::lock_guard lock(mutex_);
+        return generation_;
+    }
+
+    /// The analytic prediction for a table name (used where no measurement exists).
+    double analytic(std::string_view name, double size) const {
+        const auto& p = params_;
+        auto starts = [&](std::string_view s) { return name.substr(0, s.size()) == s; };
+        if (starts("copy.memcpy")) return 50e-9 + size / p.memcpy_bytes_per_s;
+        if (starts("copy.d2d")) return p.launch_s + size / p.device_bytes_per_s;
+        if (starts("copy.")) return p.pcie_latency_s + size / p.pcie_bytes_per_s;
+        if (starts("launch")) return p.launch_s;
+        if (starts("pack.") || starts("unpack.")) {
+            const bool library = name.find(".library.") != std::string_view::npos;
+            const auto b = name.rfind(".b");
+            const double l = b == std::string_view::npos ? 1 : std::strtod(std::string(name.substr(b + 2)).c_str(), nullptr);
+            return analytic_pack(library, l, size);
+        }
+        const analytic_params::level& lv = name.find(".network") != std::string_view::npos ? p.network
+                                           : name.find(".package") != std::string_view::npos ? p.package
+                                                                                              : p.node;
+        double t = lv.latency_s + size / lv.bytes_per_s;
+        if (starts("p2p.")) {  // device buffers cross PCIe (staged) on each device end
+            const auto dot = name.rfind('.');
+            const std::string_view ends = dot == std::string_view::npos ? "" : name.substr(dot + 1);
+            for (char c : ends)
+                if (c == 'd') t += p.pcie_latency_s + size / p.pcie_bytes_per_s;
+        }
+        return t;
+    }
+
+    /// The analytic pack time: call + blocks * per_block + bytes / memory bandwidth.
+    double analytic_pack(bool library, double block_len, double bytes) const {
+        const auto& p = params_;
+        const double blocks = bytes / std::max(1.0, block_len);
+        return library ? p.library_call_s + blocks * p.library_block_s + bytes / p.memcpy_bytes_per_s
+                       : p.shunt_call_s + blocks * p.shunt_block_s + bytes / p.memcpy_bytes_per_s;
+    }
+
+private:
+    // The uncorrected prediction an observation is compared with; pack tables interpolate.
+    double raw_for_observe(std::string_view name, double size) const {
+        const bool pack = name.substr(0, 5) == "pack." || name.substr(0, 7) == "unpack.";
+        if (!pack || find(name)) return raw(name, size);
+        const bool library = name.find(".library.") != std::string_view::npos;
+        const auto b = name.rfind(".b");
+        const double l = b == std::string_view::npos ? 1 : std::strtod(std::string(name.substr(b + 2)).c_str(), nullptr);
+        return raw_pack(library, name.substr(0, 7) == "unpack.", l, size);
+    }
+    double raw(std::string_view name, double size) const {
+        const time_table* t = find(name);
+        return t ? t->predict(size) : analytic(name, size);
+    }
+    double raw_pack(bool library, bool unpack, double block_len, double bytes) const {
+        const std::string prefix = std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b";
+        double below = 0, above = 0;
+        for (const auto& [name, tbl] : tables_) {
+            if (tbl.empty() || name.compare(0, prefix.size(), prefix) != 0) continue;
+            const double l = std::strtod(name.c_str() + prefix.size(), nullptr);
+            if (l <= 0) continue;
+            if (l <= block_len && l > below) below = l;
+            if (l >= block_len && (above == 0 || l < above)) above = l;
+        }
+        auto at = [&](double l) { return raw(prefix + std::to_string(std::llround(l)), bytes); };
+        auto scaled = [&](double l) {
+            return at(l) * analytic_pack(library, block_len, bytes) / analytic_pack(library, l, bytes);
+        };
+        if (below == 0 && above == 0) return analytic_pack(library, block_len, bytes);
+        if (below == 0) return scaled(above);
+        if (above == 0) return scaled(below);
+        if (above == below) return at(below);
+        const double tb = at(below), ta = at(above);
+        const double f = (std::log(block_len) - std::log(below)) / (std::log(above) - std::log(below));
+        return tb > 0 && ta > 0 ? std::exp(std::log(tb) + f * (std::log(ta) - std::log(tb))) : tb + f * (ta - tb);
+    }
+    static std::string key(std::string_view name, double size) {
+        const int decade = size > 0 ? static_cast<int>(std::floor(std::log10(size))) : 0;
+        return std::string(name) + "@" + std::to_string(decade);
+    }
+    double correction(std::string_view name, double size) const {
+        std::lock_guard lock(mutex_);
+        if (corrections_.empty()) return 1;
+        auto it = corrections_.find(key(name, size));
+        return it == corrections_.end() ? 1 : it->second;
+    }
+
+    analytic_params params_;
+    std::map<std::string, time_table, std::less<>> tables_;
+    mutable std::mutex mutex_;
+    std::map<std::string, double> corrections_;
+    std::uint64_t generation_ = 0;
+};
+
+}  // namespace shunt

@@ -1,0 +1,164 @@
+// Unit tests of the cost model: tables, interpolation, extrapolation, robust statistics, the
+// model file (round trip, corrupt, stale, foreign, atomic write) and online refinement.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <shunt/model/file.hpp>
+#include <shunt/model/stats.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <sys/stat.h>
+
+using namespace shunt;
+
+namespace {
+
+std::string temp_dir() {
+    char tmpl[] = "/tmp/shunt-model-test-XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    REQUIRE(d != nullptr);
+    return d;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+    std::ofstream(path) << text;
+}
+
+}  // namespace
+
+TEST_CASE("time_table interpolates in log-log space between measured points") {
+    const time_table t({{1024, 1e-6, 0}, {1 << 20, 1e-3, 0}});
+    CHECK(t.predict(1024) == doctest::Approx(1e-6));
+    CHECK(t.predict(1 << 20) == doctest::Approx(1e-3));
+    // log-log midpoint of (2^10, 1e-6) and (2^20, 1e-3) is (2^15, 10^-4.5).
+    CHECK(t.predict(32768) == doctest::Approx(3.16227766e-5).epsilon(1e-6));
+}
+
+TEST_CASE("time_table extrapolation: latency floor below, last bandwidth above") {
+    const time_table t({{1000, 2e-6, 0}, {2000, 3e-6, 0}});
+    CHECK(t.predict(1) == doctest::Approx(2e-6));
+    CHECK(t.predict(4000) == doctest::Approx(5e-6));  // slope 1e-9 s/B from the last segment
+    const time_table flat({{1000, 5e-6, 0}, {2000, 4e-6, 0}});
+    CHECK(flat.predict(1e6) == doctest::Approx(4e-6));  // never below the last time
+}
+
+TEST_CASE("time_table drops invalid points and keeps one point per size") {
+    time_table t({{-1, 1, 0}, {0, 1, 0}, {100, -1, 0}, {100, 1e-6, 0}, {50, 5e-7, 0}});
+    REQUIRE(t.points().size() == 2);
+    CHECK(t.points()[0].size == 50);
+    t.set({100, 2e-6, 0});
+    CHECK(t.points().size() == 2);
+    CHECK(t.predict(100) == doctest::Approx(2e-6));
+    CHECK(time_table().predict(10) == 0);
+}
+
+TEST_CASE("robust_summary rejects outliers and trims") {
+    const auto e = robust_summary({1.0, 1.1, 0.9, 1.05, 50.0, 1.0, 0.95});
+    CHECK(e.kept == 6);
+    CHECK(e.value == doctest::Approx(1.0).epsilon(0.05));
+    CHECK(e.spread > 0);
+    CHECK(robust_summary({}).kept == 0);
+    CHECK(robust_summary({3.0}).value == 3.0);
+    CHECK(median({4.0, 1.0, 3.0, 2.0}) == 2.5);
+}
+
+TEST_CASE("analytic defaults give sane orderings with no measurement") {
+    const cost_model m;
+    // Faster levels are cheaper, device ends add PCIe, library packing of tiny blocks costs more.
+    CHECK(m.predict("p2p.package.hh", 1 << 20) < m.predict("p2p.node.hh", 1 << 20));
+    CHECK(m.predict("p2p.node.hh", 1 << 20) < m.predict("p2p.network.hh", 1 << 20));
+    CHECK(m.predict("p2p.node.hh", 1 << 20) < m.predict("p2p.node.dd", 1 << 20));
+    CHECK(m.predict_pack(true, false, 1, 1 << 20) > m.predict_pack(false, false, 1, 1 << 20));
+    CHECK(m.predict_pack(false, false, 1, 1 << 20) > m.predict_pack(false, false, 512, 1 << 20));
+    CHECK_FALSE(m.measured("copy.memcpy"));
+}
+
+TEST_CASE("pack predictions interpolate across measured block lengths") {
+    cost_model m;
+    m.set(table_names::pack(false, false, 8), time_table({{1024, 1e-7, 0}, {1 << 20, 1e-4, 0}}));
+    m.set(table_names::pack(false, false, 64), time_table({{1024, 5e-8, 0}, {1 << 20, 5e-5, 0}}));
+    const double b8 = m.predict_pack(false, false, 8, 1 << 20), b64 = m.predict_pack(false, false, 64, 1 << 20);
+    const double b16 = m.predict_pack(false, false, 16, 1 << 20);
+    CHECK(b8 == doctest::Approx(1e-4));
+    CHECK(b64 == doctest::Approx(5e-5));
+    CHECK(b16 < b8);
+    CHECK(b16 > b64);
+    CHECK(m.predict_pack(false, false, 1, 1 << 20) > b8);  // below the measured lengths: scaled up
+}
+
+TEST_CASE("model file round trip, written atomically and readable by the user only") {
+    const std::string dir = temp_dir();
+    const std::string path = dir + "/sub/model.json";
+    cost_model m;
+    m.id = {"hostA", "none", "Open MPI v4.1.4"};
+    m.set("copy.memcpy", time_table({{1024, 1e-7, 1e-9}, {1 << 20, 1e-4, 1e-6}}));
+    save_model(m, path);
+    struct stat st{};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    const auto r = load_model(path, &m.id);
+    REQUIRE(r.model);
+    CHECK(r.problem.empty());
+    CHECK(r.model->tables() == m.tables());
+    CHECK(r.model->id == m.id);
+    std::remove(path.c_str());
+}
+
+TEST_CASE("missing, corrupt, stale and foreign model files are diagnosed, never fatal") {
+    const std::string dir = temp_dir();
+    const model_identity me{"hostA", "none", "mpi"};
+
+    auto missing = load_model(dir + "/nope.json", &me);
+    CHECK_FALSE(missing.model);
+    CHECK(missing.missing);
+
+    write_file(dir + "/garbage.json", "{not json");
+    auto garbage = load_model(dir + "/garbage.json", &me);
+    CHECK_FALSE(garbage.model);
+    CHECK_FALSE(garbage.missing);
+    CHECK(garbage.problem.find("corrupt") != std::string::npos);
+
+    write_file(dir + "/other.json", "{\"hello\": 1}");
+    CHECK(load_model(dir + "/other.json", &me).problem.find("not a shunt model") != std::string::npos);
+
+    write_file(dir + "/stale.json", "{\"schema\":\"shunt-model\",\"version\":0,\"identity\":{},\"tables\":{}}");
+    CHECK(load_model(dir + "/stale.json", &me).problem.find("stale") != std::string::npos);
+
+    write_file(dir + "/badentry.json",
+               "{\"schema\":\"shunt-model\",\"version\":1,\"identity\":{\"host\":\"hostA\",\"gpu\":\"none\",\"mpi\":\"mpi\"},"
+               "\"tables\":{\"copy.memcpy\":[[1024,-5,0]]}}");
+    CHECK(load_model(dir + "/badentry.json", &me).problem.find("out-of-range") != std::string::npos);
+
+    cost_model foreign;
+    foreign.id = {"hostB", "none", "mpi"};
+    save_model(foreign, dir + "/foreign.json");
+    const auto f = load_model(dir + "/foreign.json", &me);
+    CHECK_FALSE(f.model);
+    CHECK(f.problem.find("foreign") != std::string::npos);
+    CHECK(load_model(dir + "/foreign.json", nullptr).model);  // validation without identity
+}
+
+TEST_CASE("default model path follows XDG, then HOME") {
+    CHECK(default_model_path("/x/cache", "/home/u") == "/x/cache/shunt/model.json");
+    CHECK(default_model_path(nullptr, "/home/u") == "/home/u/.cache/shunt/model.json");
+    CHECK(default_model_path("relative", "/home/u") == "/home/u/.cache/shunt/model.json");
+    CHECK(default_model_path(nullptr, nullptr).empty());
+}
+
+TEST_CASE("online refinement moves a wrong default toward observed times, bounded") {
+    cost_model m;
+    const double before = m.predict("copy.memcpy", 65536);
+    const auto g0 = m.generation();
+    for (int i = 0; i < 20; ++i) m.observe("copy.memcpy", 65536, before * 3);
+    CHECK(m.predict("copy.memcpy", 65536) == doctest::Approx(before * 3).epsilon(0.05));
+    CHECK(m.generation() > g0);
+    CHECK(m.predict("copy.memcpy", 64) == doctest::Approx(m.analytic("copy.memcpy", 64)));  // other decade untouched
+    for (int i = 0; i < 50; ++i) m.observe("copy.memcpy", 65536, before * 1000);
+    CHECK(m.predict("copy.memcpy", 65536) <= before * 8 * 1.0001);
+    m.observe("copy.memcpy", 65536, -1);  // ignored
+    m.observe("copy.memcpy", 65536, 0.0 / 0.0);
+    CHECK(std::isfinite(m.predict("copy.memcpy", 65536)));
+}
