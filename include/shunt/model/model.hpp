@@ -5,6 +5,7 @@
 #include <shunt/model/table.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -98,22 +99,24 @@ public:
 
     /// Online refinement: a call of table `name` at `size` bytes took `seconds`. The correction
     /// for that table and size decade moves a quarter of the way to the observed ratio, bounded
-    /// to [1/8, 8] so one preempted call cannot swing a decision.
+    /// to [1/8, 8] so one preempted call cannot swing a decision. The generation changes only
+    /// when a correction has moved by more than 10% since it last changed it, so a steady
+    /// stream of observations does not invalidate decision caches on every call.
     void observe(std::string_view name, double size, double seconds) {
         const double predicted = raw_for_observe(name, size);
         if (!(predicted > 0) || !(seconds > 0) || !std::isfinite(seconds)) return;
         std::lock_guard lock(mutex_);
-        double& c = corrections_[key(name, size)];
-        if (c == 0) c = 1;
+        auto [it, inserted] = corrections_.try_emplace(key(name, size), correction_state{1, 1});
+        correction_state& c = it->second;
         const double ratio = std::clamp(seconds / predicted, 0.125, 8.0);
-        c = 0.75 * c + 0.25 * ratio;
-        ++generation_;
+        c.value = 0.75 * c.value + 0.25 * ratio;
+        if (std::fabs(c.value / c.published - 1) > 0.1) {
+            c.published = c.value;
+            generation_.fetch_add(1, std::memory_order_release);
+        }
     }
     /// Changes whenever an observation moved a correction (decision caches compare it).
-    std::uint64_t generation() const {
-        std::lock_guard lock(mutex_);
-        return generation_;
-    }
+    std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
     /// The analytic prediction for a table name (used where no measurement exists).
     double analytic(std::string_view name, double size) const {
@@ -194,14 +197,17 @@ private:
         std::lock_guard lock(mutex_);
         if (corrections_.empty()) return 1;
         auto it = corrections_.find(key(name, size));
-        return it == corrections_.end() ? 1 : it->second;
+        return it == corrections_.end() ? 1 : it->second.value;
     }
 
     analytic_params params_;
     std::map<std::string, time_table, std::less<>> tables_;
     mutable std::mutex mutex_;
-    std::map<std::string, double> corrections_;
-    std::uint64_t generation_ = 0;
+    struct correction_state {
+        double value, published;
+    };
+    std::map<std::string, correction_state> corrections_;
+    std::atomic<std::uint64_t> generation_{0};
 };
 
 }  // namespace shunt
