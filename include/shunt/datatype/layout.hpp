@@ -60,6 +60,12 @@ struct layout {
 /// shunt::unsupported and the type is left to the library.
 inline constexpr std::size_t max_flat_blocks = std::size_t{1} << 20;
 
+/// Layouts of at most this many flat blocks are canonicalised through their flat block list.
+inline constexpr std::size_t canonical_flatten_limit = std::size_t{1} << 14;
+
+inline layout simplify(layout l);
+inline std::vector<block> flatten(const layout& l, std::size_t cap = max_flat_blocks);
+
 namespace detail {
 
 inline std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
@@ -114,8 +120,19 @@ inline layout simplify(layout l) {
     detail::merge_blocks(l.blocks);
     if (l.blocks.empty()) return {};
     for (const auto& d : l.dims)
-        if (d.count == 0) return {};
+        if (d.count <= 0) return {};
     std::erase_if(l.dims, [](const dim& d) { return d.count == 1; });
+    // Blocks may touch across iterations of a dimension (a {0,4},{8,4} pattern repeated every 12
+    // bytes), which only the flat list shows. Small layouts are therefore rebuilt from their
+    // flat block list, so the same bytes always give the same form; large ones keep their
+    // structure (canonical except for such cross-iteration merges).
+    if (!l.dims.empty()) {
+        std::size_t total = l.blocks.size();
+        for (const auto& d : l.dims)
+            total = static_cast<std::size_t>(d.count) > canonical_flatten_limit ? canonical_flatten_limit + 1
+                                                                               : std::min(total * static_cast<std::size_t>(d.count), canonical_flatten_limit + 1);
+        if (total <= canonical_flatten_limit) l = layout{{}, flatten(l)};
+    }
     for (bool changed = true; changed;) {
         changed = false;
         if (l.blocks.size() >= 2) {
@@ -146,9 +163,11 @@ inline layout simplify(layout l) {
 
 /// All blocks of one element in pack order, touching ones merged. Throws shunt::unsupported
 /// beyond `cap` blocks.
-inline std::vector<block> flatten(const layout& l, std::size_t cap = max_flat_blocks) {
+inline std::vector<block> flatten(const layout& l, std::size_t cap) {
     std::vector<block> out;
     if (l.blocks.empty()) return out;
+    for (const auto& d : l.dims)
+        if (d.count <= 0) return out;
     std::size_t total = l.blocks.size();
     for (const auto& d : l.dims) {
         if (d.count != 0 && total > cap / static_cast<std::size_t>(d.count))
@@ -178,6 +197,10 @@ inline layout shift(layout l, std::int64_t offset) {
 
 /// `count` copies of `child`, `stride` bytes apart (MPI_Type_create_hvector of blocklength 1).
 inline layout repeat(const layout& child, std::int64_t count, std::int64_t stride) {
+    if (count > 1) {  // the last copy's offset, and every block in it, must stay within 64 bits
+        const std::int64_t span = detail::checked_mul(count - 1, stride);
+        for (const auto& b : child.blocks) detail::checked_add(detail::checked_add(b.offset, span), b.length);
+    }
     layout l;
     l.dims.reserve(child.dims.size() + 1);
     l.dims.push_back({count, stride});
