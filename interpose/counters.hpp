@@ -1,0 +1,132 @@
+// interpose/counters.hpp: what the preload library counts (calls, bytes, pass-through reasons), per thread.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <new>
+
+#include <pthread.h>
+
+namespace shunt::detail {
+
+/// The intercepted MPI functions, in report order.
+enum class shim : std::uint8_t { pack, unpack, pack_size, type_commit, type_dup, type_free, init, init_thread, finalize };
+inline constexpr std::array<const char*, 9> shim_names = {"MPI_Pack",        "MPI_Unpack",   "MPI_Pack_size",
+                                                          "MPI_Type_commit", "MPI_Type_dup", "MPI_Type_free",
+                                                          "MPI_Init",        "MPI_Init_thread", "MPI_Finalize"};
+inline constexpr std::size_t shim_count = shim_names.size();
+
+/// Why a data-moving call went to the library instead of shunt's packer.
+enum class pass_reason : std::uint8_t {
+    none,            ///< not passed: shunt handles the call
+    not_running,     ///< MPI not initialised, or already finalised
+    bad_argument,    ///< an argument the library must judge itself (null, negative, MPI_BOTTOM)
+    forced,          ///< SHUNT_PACK=library
+    rejected,        ///< the library rejected the communicator or datatype: its error is returned
+    unknown_type,    ///< not committed through shunt's shims, unsupported, or MPI_DATATYPE_NULL
+    too_large,       ///< count * size overflows 64 bits, or the packer refused the size
+    would_truncate,  ///< the data does not fit: the library raises its own error
+    planned,         ///< the cost model chose the library's packer
+    internal,        ///< shunt failed internally (logged once)
+};
+inline constexpr std::array<const char*, 10> pass_reason_names = {
+    "none",         "mpi-not-running", "bad-argument",   "forced-library",  "rejected-by-library",
+    "unknown-type", "too-large",       "would-truncate", "planned-library", "internal-error"};
+inline constexpr std::size_t pass_reason_count = pass_reason_names.size();
+
+/// The two data-moving directions.
+enum class direction : std::uint8_t { pack, unpack };
+
+/// Positions of the counters in one flat array (the layout the summary reduces over).
+struct counter_index {
+    static constexpr std::size_t calls(shim s) { return static_cast<std::size_t>(s); }
+    static constexpr std::size_t handled(direction d) { return shim_count + static_cast<std::size_t>(d); }
+    static constexpr std::size_t bytes(direction d) { return shim_count + 2 + static_cast<std::size_t>(d); }
+    static constexpr std::size_t passed(direction d, pass_reason why) {
+        return shim_count + 4 + static_cast<std::size_t>(d) * pass_reason_count + static_cast<std::size_t>(why);
+    }
+    static constexpr std::size_t size = shim_count + 4 + 2 * pass_reason_count;
+};
+using counter_values = std::array<std::uint64_t, counter_index::size>;
+
+/// Exact event counts, cheap from any number of threads: each thread adds to its own block with
+/// a plain load and store (no locked instruction, no shared cache line); totals() sums all
+/// blocks. A block outlives its thread and is handed to the next new thread, so counts are never
+/// lost and memory stays bounded by the largest number of threads alive at once. Usable during
+/// process exit (the thread's block is held through trivially destructible thread-local state;
+/// the hand-back at thread exit is a pthread key destructor, which exit() does not run).
+/// One instance per process: the runtime's, never destroyed.
+class counters {
+public:
+    counters() noexcept { have_key_ = pthread_key_create(&key_, &release) == 0; }
+    counters(const counters&) = delete;
+    counters& operator=(const counters&) = delete;
+
+    void add(std::size_t index, std::uint64_t n = 1) noexcept {
+        block& b = mine();
+        std::atomic<std::uint64_t>& c = b.values[index];
+        if (&b == &shared_)  // no block of its own: shared, so add atomically
+            c.fetch_add(n, std::memory_order_relaxed);
+        else
+            c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    }
+
+    /// The sum over all threads so far.
+    counter_values totals() const noexcept {
+        counter_values out{};
+        const std::lock_guard lock(mutex_);
+        for (const block* b = &shared_; b != nullptr; b = b->next)
+            for (std::size_t i = 0; i < out.size(); ++i) out[i] += b->values[i].load(std::memory_order_relaxed);
+        return out;
+    }
+
+private:
+    struct block {
+        std::array<std::atomic<std::uint64_t>, counter_index::size> values{};
+        block* next = nullptr;
+        counters* owner = nullptr;
+        bool taken = false;
+    };
+
+    static inline thread_local block* mine_ = nullptr;
+
+    /// Thread exit: the block goes back to the pool, its counts stay in the totals.
+    static void release(void* p) noexcept {
+        block* b = static_cast<block*>(p);
+        const std::lock_guard lock(b->owner->mutex_);
+        b->taken = false;
+        mine_ = nullptr;
+    }
+
+    block& mine() noexcept {
+        if (mine_ != nullptr) return *mine_;
+        if (!have_key_) return shared_;
+        try {
+            const std::lock_guard lock(mutex_);
+            block* b = shared_.next;
+            while (b != nullptr && b->taken) b = b->next;
+            if (b == nullptr) {
+                b = new block;  // never deleted: its counts outlive the thread
+                b->owner = this;
+                b->next = shared_.next;
+                shared_.next = b;
+            }
+            if (pthread_setspecific(key_, b) != 0) return shared_;
+            b->taken = true;
+            mine_ = b;
+            return *b;
+        } catch (...) {
+            return shared_;
+        }
+    }
+
+    mutable std::mutex mutex_;
+    block shared_;  ///< head of the list; added to atomically by threads without a block
+    pthread_key_t key_{};
+    bool have_key_ = false;
+};
+
+}  // namespace shunt::detail

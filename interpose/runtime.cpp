@@ -1,0 +1,418 @@
+// interpose/runtime.cpp: what the MPI shims delegate to: init/finalize, type tracking, the pack fast path, the report.
+#include "runtime.hpp"
+
+#include <shunt/errors.hpp>
+#include <shunt/log.hpp>
+#include <shunt/pack/host.hpp>
+#include <shunt/model/file.hpp>
+#include <shunt/model/model.hpp>
+#include <shunt/model/measure.hpp>
+#include <shunt/plan/planner.hpp>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <type_traits>
+
+#ifndef SHUNT_VERSION
+#define SHUNT_VERSION "unknown"
+#endif
+
+namespace shunt::detail {
+namespace {
+
+/// A datatype handle for messages: a pointer (Open MPI) or an integer (MPICH).
+template <class Handle>
+std::string handle_text(Handle t) {
+    char buf[32];
+    if constexpr (std::is_pointer_v<Handle>)
+        std::snprintf(buf, sizeof buf, "%p", static_cast<const void*>(t));
+    else
+        std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(static_cast<unsigned>(t)));
+    return buf;
+}
+
+template <class... Args>
+std::string format_text(const char* fmt, Args... args) {
+    char buf[160];
+    const int n = std::snprintf(buf, sizeof buf, fmt, args...);
+    return std::string(buf, n < 0 ? 0 : std::min<std::size_t>(static_cast<std::size_t>(n), sizeof buf - 1));
+}
+
+const char* thread_level_name(int level) {
+    switch (level) {
+        case MPI_THREAD_SINGLE: return "single";
+        case MPI_THREAD_FUNNELED: return "funneled";
+        case MPI_THREAD_SERIALIZED: return "serialized";
+        case MPI_THREAD_MULTIPLE: return "multiple";
+        default: return "unknown";
+    }
+}
+
+/// SHUNT_PACK as the planner's override: its words ("auto", "library", "host") are the planner's.
+plan_overrides pack_overrides(pack_choice choice) {
+    for (const auto& [name, value] : choice_names<pack_choice>::values)
+        if (value == choice) return {name};
+    return {};
+}
+
+/// Communicators valid from MPI_Init to MPI_Finalize without asking the library.
+bool always_valid(MPI_Comm comm) { return comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF; }
+
+/// The measured model from SHUNT_MODEL or the default location, else the built-in one; `note`
+/// says why the file was not used. A missing default file is the normal case and says nothing.
+std::shared_ptr<cost_model> load_runtime_model(const settings& cfg, std::string& note) {
+    const model_identity me = current_identity();
+    const std::string path = resolve_model_path(cfg.model, process_environment(), me);
+    if (!path.empty()) {
+        auto r = load_model(path, &me);
+        if (r.model) return std::make_shared<cost_model>(std::move(*r.model));
+        if (!r.missing || !cfg.model.empty()) note = r.problem + "; using the built-in model";
+    }
+    auto m = std::make_shared<cost_model>();
+    m->id = me;
+    return m;
+}
+
+}  // namespace
+
+runtime::runtime(const settings& cfg)
+    : cfg_(cfg), model_(load_runtime_model(cfg, model_note_)), planner_(model_, pack_overrides(cfg.pack)) {}
+
+
+runtime* runtime::instance() noexcept {
+    static runtime* const rt = []() noexcept -> runtime* {
+        try {
+            const settings& cfg = config();
+            if (cfg.disable) return nullptr;
+            return new runtime(cfg);  // never deleted: shims may run during static destruction
+        } catch (const std::exception& e) {
+            log_error(log_category::init, "cannot start (%s); every call goes to the MPI library", e.what());
+        } catch (...) {
+            log_error(log_category::init, "cannot start; every call goes to the MPI library");
+        }
+        return nullptr;
+    }();
+    return rt;
+}
+
+void runtime::internal_failure(shim s, const char* what) noexcept {
+    if (failure_logged_[static_cast<std::size_t>(s)].exchange(true)) return;
+    const log_category category = s == shim::pack || s == shim::unpack ? log_category::pack
+                                  : s == shim::type_commit || s == shim::type_dup || s == shim::type_free
+                                      ? log_category::type
+                                      : log_category::init;
+    log_warn(category, "internal failure in %s (%s); the call goes to the MPI library (reported once)",
+             shim_names[static_cast<std::size_t>(s)], what);
+}
+
+void runtime::started(int thread_level) noexcept {
+    if (started_.exchange(true)) return;
+    int rank = -1;
+    if (PMPI_Comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS) set_log_rank(rank);
+    log_config_warnings();
+    log_config_echo();
+    if (rank == 0 && !model_note_.empty()) log_warn(log_category::config, "%s", model_note_.c_str());
+    if (rank == 0)
+        log_info(log_category::config, "cost model: %zu measured tables (%s)", model_->tables().size(),
+                 model_->tables().empty() ? "built-in analytic defaults" : model_->id.host.c_str());
+    if (rank == 0 && log_enabled(log_level::info, log_category::init)) {
+        int size = 0;
+        PMPI_Comm_size(MPI_COMM_WORLD, &size);
+        char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+        int len = 0;
+        PMPI_Get_library_version(version, &len);
+        std::string first_line(version, static_cast<std::size_t>(len > 0 ? len : 0));
+        first_line = first_line.substr(0, first_line.find_first_of("\r\n,"));
+        log_info(log_category::init, "shunt %s active on %d ranks, thread level %s, over %s", SHUNT_VERSION, size,
+                 thread_level < 0 ? "unknown" : thread_level_name(thread_level), first_line.c_str());
+    }
+}
+
+bool runtime::running() noexcept {
+    const state s = state_.load(std::memory_order_acquire);
+    if (s != state::before) return s == state::running;
+    // MPI may have been started behind the shims (PMPI_Init, a Fortran binding).
+    int initialized = 0, finalized = 0;
+    if (PMPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return false;
+    if (PMPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return false;
+    int level = -1;
+    PMPI_Query_thread(&level);
+    started(level);
+    state expected = state::before;
+    state_.compare_exchange_strong(expected, state::running);
+    return state_.load(std::memory_order_acquire) == state::running;
+}
+
+int runtime::init(int* argc, char*** argv) noexcept {
+    count(shim::init);
+    const int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) {
+        int level = -1;
+        PMPI_Query_thread(&level);
+        state_.store(state::running, std::memory_order_release);
+        started(level);
+    }
+    return rc;
+}
+
+int runtime::init_thread(int* argc, char*** argv, int required, int* provided) noexcept {
+    count(shim::init_thread);
+    const int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) {
+        state_.store(state::running, std::memory_order_release);
+        started(provided != nullptr ? *provided : -1);
+    }
+    return rc;
+}
+
+int runtime::finalize() noexcept {
+    count(shim::finalize);
+    if (running()) report();
+    // From here on every call goes to the library, which reports use after finalize itself.
+    state_.store(state::finalized, std::memory_order_release);
+    return PMPI_Finalize();
+}
+
+void runtime::log_type(MPI_Datatype type, const char* event) noexcept {
+    if (!log_enabled(log_level::debug, log_category::type)) return;
+    try {
+        const auto info = types_.find(type);
+        if (info == nullptr) {
+            log_debug(log_category::type, "%s %s: not supported by shunt, left to the library", event,
+                      handle_text(type).c_str());
+            return;
+        }
+        log_debug(log_category::type,
+                  "%s %s: size %" PRId64 ", extent %" PRId64 " (lb %" PRId64 "), canonical form %zu dims x %zu blocks",
+                  event, handle_text(type).c_str(), info->size, info->extent, info->lb, info->form.dims.size(),
+                  info->form.blocks.size());
+    } catch (...) {
+    }
+}
+
+int runtime::type_commit(MPI_Datatype* type) noexcept {
+    count(shim::type_commit);
+    const int rc = PMPI_Type_commit(type);
+    if (rc != MPI_SUCCESS || type == nullptr) return rc;
+    try {
+        types_.on_commit(*type);
+        log_type(*type, "commit");
+    } catch (const std::exception& e) {
+        internal_failure(shim::type_commit, e.what());
+    } catch (...) {
+        internal_failure(shim::type_commit, "unknown exception");
+    }
+    memo_.changed();
+    return rc;
+}
+
+int runtime::type_dup(MPI_Datatype oldtype, MPI_Datatype* newtype) noexcept {
+    count(shim::type_dup);
+    const int rc = PMPI_Type_dup(oldtype, newtype);
+    if (rc != MPI_SUCCESS || newtype == nullptr) return rc;
+    try {
+        types_.on_dup(oldtype, *newtype);
+        log_type(*newtype, "dup");
+    } catch (const std::exception& e) {
+        internal_failure(shim::type_dup, e.what());
+    } catch (...) {
+        internal_failure(shim::type_dup, "unknown exception");
+    }
+    memo_.changed();
+    return rc;
+}
+
+int runtime::type_free(MPI_Datatype* type) noexcept {
+    count(shim::type_free);
+    if (type != nullptr && *type != MPI_DATATYPE_NULL) {
+        // Forget the handle before the library may hand its value to a new type.
+        try {
+            types_.on_free(*type);
+        } catch (const std::exception& e) {
+            internal_failure(shim::type_free, e.what());
+        } catch (...) {
+            internal_failure(shim::type_free, "unknown exception");
+        }
+        memo_.changed();
+    }
+    return PMPI_Type_free(type);
+}
+
+bool runtime::sample_now() noexcept {
+    thread_local std::uint32_t calls = 0;
+    return ++calls % sample_period == 0;
+}
+
+void runtime::observe(bool library, direction d, const plan_decision& plan, double seconds) noexcept {
+    if (plan.blocks <= 0 || plan.bytes <= 0) return;
+    try {
+        const double block_len = static_cast<double>(plan.bytes) / static_cast<double>(plan.blocks);
+        model_->observe(table_names::pack(library, d == direction::unpack, std::llround(block_len)),
+                        static_cast<double>(plan.bytes), seconds);
+    } catch (...) {
+    }
+}
+
+int runtime::pack_size(int incount, MPI_Datatype type, MPI_Comm comm, int* size) noexcept {
+    count(shim::pack_size);
+    return PMPI_Pack_size(incount, type, comm, size);
+}
+
+pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int64_t room, const type_info*& info,
+                             std::int64_t& bytes, plan_decision& plan) noexcept {
+    const shim s = d == direction::pack ? shim::pack : shim::unpack;
+    try {
+        info = memo_.find(type);
+        if (info == nullptr) return pass_reason::unknown_type;
+        if (__builtin_mul_overflow(static_cast<std::int64_t>(count), info->size, &bytes)) return pass_reason::too_large;
+        if (bytes > room) return pass_reason::would_truncate;
+        if (bytes == 0 || cfg_.pack == pack_choice::host) return pass_reason::none;
+        bool is_new = false;
+        plan = planner_.pack(*info, count, d == direction::unpack, &is_new);
+        const bool host = plan.method() == "host";
+        // Each distinct decision once at debug (SHUNT_LOG=decide), every call at trace.
+        if (cfg_.log.enabled(is_new ? log_level::debug : log_level::trace, log_category::decide)) {
+            std::string alternatives;
+            for (std::uint8_t i = 0; i < plan.count; ++i)
+                alternatives += format_text("%s%.*s %.3g us", i == 0 ? "" : ", ",
+                                            static_cast<int>(plan.alternatives[i].method.size()),
+                                            plan.alternatives[i].method.data(), plan.alternatives[i].predicted_s * 1e6);
+            log_printf(is_new ? log_level::debug : log_level::trace, log_category::decide,
+                       "%s of %d x %s (%" PRId64 " bytes in %" PRId64 " blocks): %s (predicted %s)",
+                       shim_names[static_cast<std::size_t>(s)], count, handle_text(type).c_str(), bytes, plan.blocks,
+                       host ? "shunt's host packer" : "the library", alternatives.c_str());
+        }
+        return host ? pass_reason::none : pass_reason::planned;
+    } catch (const unsupported& e) {
+        log_debug(log_category::pack, "%s: %s; left to the library", shim_names[static_cast<std::size_t>(s)], e.what());
+        return pass_reason::too_large;
+    } catch (const std::exception& e) {
+        internal_failure(s, e.what());
+    } catch (...) {
+        internal_failure(s, "unknown exception");
+    }
+    return pass_reason::internal;
+}
+
+int runtime::pack(const void* inbuf, int incount, MPI_Datatype type, void* outbuf, int outsize, int* position,
+                  MPI_Comm comm) noexcept {
+    count(shim::pack);
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::pack, why);
+        return PMPI_Pack(inbuf, incount, type, outbuf, outsize, position, comm);
+    };
+    if (!running()) return pass(pass_reason::not_running);
+    // A null inbuf (MPI_BOTTOM) always goes to the library: Open MPI accepts it for types at
+    // absolute addresses, MPICH 4.0 rejects it for any type.
+    if (position == nullptr || inbuf == nullptr || outbuf == nullptr || incount < 0 || outsize < 0 || *position < 0)
+        return pass(pass_reason::bad_argument);
+    if (cfg_.pack == pack_choice::library) return pass(pass_reason::forced);
+    if (!always_valid(comm)) {
+        // Zero elements: the library checks the communicator and the datatype exactly as for the
+        // real call (the count-dependent checks are done above and below) and writes nothing.
+        int probe = *position;
+        const int rc = PMPI_Pack(inbuf, 0, type, outbuf, outsize, &probe, comm);
+        if (rc != MPI_SUCCESS) {
+            count_pass(direction::pack, pass_reason::rejected);
+            return rc;
+        }
+    }
+    const type_info* info = nullptr;
+    std::int64_t bytes = 0;
+    plan_decision plan;
+    const pass_reason why = prepare(direction::pack, type, incount, std::int64_t{outsize} - *position, info, bytes, plan);
+    if (why == pass_reason::planned && sample_now()) {
+        const double t0 = detail::now_s();
+        const int rc = pass(why);
+        if (rc == MPI_SUCCESS) observe(true, direction::pack, plan, detail::now_s() - t0);
+        return rc;
+    }
+    if (why != pass_reason::none) return pass(why);
+    if (bytes > 0) {
+        try {
+            const bool timed = plan.count > 0 && sample_now();
+            const double t0 = timed ? detail::now_s() : 0;
+            const std::int64_t done =
+                pack_host(info->form, info->extent, incount, inbuf, static_cast<char*>(outbuf) + *position);
+            if (timed) observe(false, direction::pack, plan, detail::now_s() - t0);
+            if (done != bytes) throw error("packer wrote " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes");
+        } catch (const unsupported& e) {
+            log_debug(log_category::pack, "MPI_Pack: %s; left to the library", e.what());
+            return pass(pass_reason::too_large);
+        } catch (const std::exception& e) {
+            internal_failure(shim::pack, e.what());
+            return pass(pass_reason::internal);  // the library rewrites the same bytes
+        } catch (...) {
+            internal_failure(shim::pack, "unknown exception");
+            return pass(pass_reason::internal);
+        }
+    }
+    *position += static_cast<int>(bytes);
+    count_done(direction::pack, bytes);
+    if (cfg_.log.enabled(log_level::trace, log_category::pack))  // not formatting the handle on every call
+        log_trace(log_category::pack, "MPI_Pack %d x %s: %" PRId64 " bytes by shunt", incount, handle_text(type).c_str(),
+                  bytes);
+    return MPI_SUCCESS;
+}
+
+int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, int outcount, MPI_Datatype type,
+                    MPI_Comm comm) noexcept {
+    count(shim::unpack);
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::unpack, why);
+        return PMPI_Unpack(inbuf, insize, position, outbuf, outcount, type, comm);
+    };
+    if (!running()) return pass(pass_reason::not_running);
+    if (position == nullptr || inbuf == nullptr || outbuf == nullptr || insize < 0 || outcount < 0 || *position < 0)
+        return pass(pass_reason::bad_argument);  // MPI_BOTTOM as outbuf too: see pack()
+    if (cfg_.pack == pack_choice::library) return pass(pass_reason::forced);
+    if (!always_valid(comm)) {
+        int probe = *position;
+        const int rc = PMPI_Unpack(inbuf, insize, &probe, outbuf, 0, type, comm);
+        if (rc != MPI_SUCCESS) {
+            count_pass(direction::unpack, pass_reason::rejected);
+            return rc;
+        }
+    }
+    const type_info* info = nullptr;
+    std::int64_t bytes = 0;
+    plan_decision plan;
+    const pass_reason why = prepare(direction::unpack, type, outcount, std::int64_t{insize} - *position, info, bytes, plan);
+    if (why == pass_reason::planned && sample_now()) {
+        const double t0 = detail::now_s();
+        const int rc = pass(why);
+        if (rc == MPI_SUCCESS) observe(true, direction::unpack, plan, detail::now_s() - t0);
+        return rc;
+    }
+    if (why != pass_reason::none) return pass(why);
+    if (bytes > 0) {
+        try {
+            const bool timed = plan.count > 0 && sample_now();
+            const double t0 = timed ? detail::now_s() : 0;
+            const std::int64_t done =
+                unpack_host(info->form, info->extent, outcount, static_cast<const char*>(inbuf) + *position, outbuf);
+            if (timed) observe(false, direction::unpack, plan, detail::now_s() - t0);
+            if (done != bytes) throw error("unpacker read " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes");
+        } catch (const unsupported& e) {
+            log_debug(log_category::pack, "MPI_Unpack: %s; left to the library", e.what());
+            return pass(pass_reason::too_large);
+        } catch (const std::exception& e) {
+            internal_failure(shim::unpack, e.what());
+            return pass(pass_reason::internal);  // the library rewrites the same bytes
+        } catch (...) {
+            internal_failure(shim::unpack, "unknown exception");
+            return pass(pass_reason::internal);
+        }
+    }
+    *position += static_cast<int>(bytes);
+    count_done(direction::unpack, bytes);
+    if (cfg_.log.enabled(log_level::trace, log_category::pack))
+        log_trace(log_category::pack, "MPI_Unpack %d x %s: %" PRId64 " bytes by shunt", outcount, handle_text(type).c_str(),
+                  bytes);
+    return MPI_SUCCESS;
+}
+
+}  // namespace shunt::detail

@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""tests/interpose/run_preload.py: runs an unmodified MPI program without and with libshunt.so preloaded
+and requires identical stdout and clean stderr; also checks SHUNT_* handling and the tools.
+
+  run_preload.py program --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --shunt-run R [--ranks 1,2,4]
+                 [--config-checks] PROGRAM [ARGS...]
+  run_preload.py tools --shunt-info I --shunt-run R --lib L
+
+Exit status: 0 pass, 1 fail, 77 skipped (the program itself reported a skip).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+TIMEOUT = 240
+
+
+class Failure(Exception):
+    pass
+
+
+def clean_env(extra=None):
+    """The environment of a run: no SHUNT_* or LD_PRELOAD inherited, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHUNT_") and k != "LD_PRELOAD"}
+    env.update(extra or {})
+    return env
+
+
+class Launcher:
+    def __init__(self, args):
+        self.mpiexec = args.mpiexec
+        self.mpiexec_args = args.mpiexec_arg or []
+        self.flavour = args.flavour
+        self.lib = os.path.abspath(args.lib)
+        self.shunt_run = os.path.abspath(args.shunt_run)
+        self.program = [os.path.abspath(args.command[0])] + args.command[1:]
+
+    def run(self, ranks, how, env=None):
+        """how: 'plain' (no preload), 'preload' (LD_PRELOAD passed to the ranks by the launcher),
+        'shunt-run' (each rank started through the shunt-run script)."""
+        cmd = [self.mpiexec] + self.mpiexec_args + ["-n", str(ranks)]
+        if how == "preload":
+            if self.flavour == "openmpi":
+                cmd += ["-x", "LD_PRELOAD=" + self.lib]
+            else:
+                cmd += ["-genv", "LD_PRELOAD", self.lib]
+        cmd += ([self.shunt_run] if how == "shunt-run" else []) + self.program
+        try:
+            p = subprocess.run(cmd, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=TIMEOUT, text=True)
+        except subprocess.TimeoutExpired:
+            raise Failure(f"timed out after {TIMEOUT} s: {' '.join(cmd)}")
+        return p, " ".join(f"{k}={v}" for k, v in (env or {}).items()) + (" " if env else "") + " ".join(cmd)
+
+
+def describe(p, cmd):
+    return f"\n  command: {cmd}\n  exit {p.returncode}\n  stdout:\n{p.stdout}\n  stderr:\n{p.stderr}"
+
+
+def expect(cond, message, p=None, cmd=""):
+    if not cond:
+        raise Failure(message + (describe(p, cmd) if p is not None else ""))
+
+
+def report_rows(stderr):
+    """The summary table's data rows: call -> (calls, shunt, library, bytes), None for '-'."""
+    rows = {}
+    for m in re.finditer(r"^shunt\[rank 0\]:\s+(MPI_\w+)\s+(\d+)\s+(\d+|-)\s+(\d+|-)\s+(\d+|-)$", stderr, re.M):
+        rows[m.group(1)] = tuple(None if x == "-" else int(x) for x in m.group(2, 3, 4, 5))
+    return rows
+
+
+def check_program(args):
+    L = Launcher(args)
+    ranks_list = [int(r) for r in args.ranks.split(",")]
+    done = 0
+    for n in ranks_list:
+        base, cmd = L.run(n, "plain")
+        if base.returncode == 77:
+            print(f"skipped: the program reported a skip\n{base.stdout}")
+            return 77
+        expect(base.returncode == 0 and base.stderr == "", f"{n} ranks without shunt: must succeed quietly", base, cmd)
+        expect(base.stdout.strip() != "", f"{n} ranks without shunt: no output", base, cmd)
+
+        def same(what, how, env, stderr_ok=lambda s: s == ""):
+            p, c = L.run(n, how, env)
+            expect(p.returncode == 0, f"{n} ranks, {what}: exit status {p.returncode}", p, c)
+            expect(p.stdout == base.stdout, f"{n} ranks, {what}: stdout differs from the run without shunt\n"
+                   f"  without shunt:\n{base.stdout}", p, c)
+            expect(stderr_ok(p.stderr), f"{n} ranks, {what}: unexpected stderr", p, c)
+            return p, c
+
+        same("preloaded, no SHUNT_* set", "preload", None)
+        same("preloaded, SHUNT_DISABLE=1", "preload", {"SHUNT_DISABLE": "1"})
+        same("preloaded, SHUNT_PACK=auto", "preload", {"SHUNT_PACK": "auto"})
+
+        # Forced host packer with the summary: shunt must really have packed and unpacked.
+        p, c = same("shunt-run, SHUNT_PACK=host SHUNT_REPORT=summary", "shunt-run",
+                    {"SHUNT_PACK": "host", "SHUNT_REPORT": "summary"}, lambda s: True)
+        rows = report_rows(p.stderr)
+        expect("MPI_Pack" in rows and "MPI_Unpack" in rows, "no summary table on stderr", p, c)
+        expect(all(line.startswith("shunt[rank 0]: ") for line in p.stderr.splitlines()),
+               "the summary must come from rank 0 only", p, c)
+        expect(rows["MPI_Pack"][1] > 0 and rows["MPI_Unpack"][1] > 0,
+               "the summary shows no call handled by shunt's packer", p, c)
+        expect(rows["MPI_Pack"][1] + rows["MPI_Pack"][2] == rows["MPI_Pack"][0], "summary columns do not add up", p, c)
+        if args.library_calls is not None:  # with SHUNT_PACK=host only the listed calls may reach the library
+            for call in ("MPI_Pack", "MPI_Unpack"):
+                want = args.library_calls.get(call, 0) * n
+                expect(rows[call][2] == want, f"{call}: {rows[call][2]} calls went to the library, expected {want}",
+                       p, c)
+        expect(rows["MPI_Finalize"][0] == n, f"summary counts {rows['MPI_Finalize'][0]} MPI_Finalize calls", p, c)
+
+        # Forced library packer with per-rank lines: one line per rank, nothing by shunt.
+        p, c = same("preloaded, SHUNT_PACK=library SHUNT_REPORT=rank", "preload",
+                    {"SHUNT_PACK": "library", "SHUNT_REPORT": "rank"}, lambda s: True)
+        lines = p.stderr.splitlines()
+        expect(len(lines) == n and sorted(int(re.match(r"shunt\[rank (\d+)\]", x).group(1)) for x in lines) ==
+               list(range(n)), "expected exactly one report line per rank", p, c)
+        expect(all(re.search(r"MPI_Pack \d+ \(shunt 0, 0 bytes; library \d+\)", x) for x in lines) and
+               all(re.search(r"MPI_Unpack \d+ \(shunt 0, 0 bytes; library \d+\)", x) for x in lines),
+               "SHUNT_PACK=library must leave every pack to the library", p, c)
+        done += 6
+
+        if args.config_checks and n == ranks_list[-1]:
+            bad = {"SHUNT_DISABLE": "maybe", "SHUNT_LOG": "loud", "SHUNT_REPORT": "7", "SHUNT_PACK": "host2",
+                   "SHUNT_DISABEL": "1"}
+            p, c = same("bad SHUNT_* values", "preload", bad, lambda s: True)
+            lines = p.stderr.splitlines()
+            expect(len(lines) == len(bad), f"expected exactly {len(bad)} warning lines (one per bad variable)", p, c)
+            for name, value in bad.items():
+                hits = [x for x in lines if re.search(rf"\b{name}\b", x)]
+                expect(len(hits) >= 1 and hits[0].startswith("shunt[rank 0]: warning: config: "),
+                       f"no warning from rank 0 naming {name}", p, c)
+                if name != "SHUNT_DISABEL":
+                    expect(f'"{value}"' in hits[0] and "accepted" in hits[0], f"the {name} warning must show the value "
+                           "and what is accepted", p, c)
+            expect(any("did you mean SHUNT_DISABLE" in x for x in lines), "no suggestion for SHUNT_DISABEL", p, c)
+
+            p, c = same("SHUNT_LOG=info", "preload", {"SHUNT_LOG": "info"}, lambda s: True)
+            echo = [x for x in p.stderr.splitlines() if "effective configuration" in x]
+            expect(len(echo) == 1 and echo[0].startswith("shunt[rank 0]: config: "),
+                   "rank 0 must echo the configuration exactly once", p, c)
+            expect(re.search(r"^shunt\[rank 0\]:\s+SHUNT_LOG=info \(set\)$", p.stderr, re.M),
+                   "the echo must show SHUNT_LOG=info", p, c)
+            expect(not re.search(r"^shunt\[rank [1-9]\d*\]: config:", p.stderr, re.M),
+                   "only rank 0 may echo the configuration", p, c)
+
+            logfile = os.path.abspath(f"shunt-log-{os.getpid()}.txt")
+            try:
+                p, c = same("SHUNT_LOG=debug SHUNT_LOG_FILE", "preload",
+                            {"SHUNT_LOG": "debug:type,decide", "SHUNT_LOG_FILE": logfile})
+                with open(logfile) as f:
+                    text = f.read()
+                expect("effective configuration" in text and "type: commit" in text,
+                       f"SHUNT_LOG_FILE did not receive the log:\n{text}", p, c)
+            finally:
+                if os.path.exists(logfile):
+                    os.unlink(logfile)
+            done += 3
+    print(f"{os.path.basename(L.program[0])}: {done} runs matched the run without shunt at {args.ranks} ranks")
+    return 0
+
+
+def check_tools(args):
+    info = os.path.abspath(args.shunt_info)
+
+    def tool(argv, env=None):
+        p = subprocess.run(argv, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=60)
+        return p, " ".join(argv)
+
+    p, c = tool([info, "--config"])
+    expect(p.returncode == 0 and p.stderr == "", "shunt-info --config must succeed quietly", p, c)
+    for name in ["SHUNT_DISABLE", "SHUNT_LOG", "SHUNT_LOG_FILE", "SHUNT_REPORT", "SHUNT_PACK"]:
+        m = re.search(rf"^{name} \((\S[^,]*), default ([^)]*)\)\n    current:  (.*)\n    (.+)\n    accepted: (.+)$",
+                      p.stdout, re.M)
+        expect(m is not None, f"shunt-info --config: no complete entry for {name}", p, c)
+        expect(m.group(3).endswith(" (default)"), f"{name} must show its default", p, c)
+    p, c = tool([info, "--config"], {"SHUNT_REPORT": "rank", "SHUNT_PACK": "fast", "SHUNT_BOGUS": "1"})
+    expect(p.returncode == 0, "shunt-info --config with bad values must still succeed", p, c)
+    expect(re.search(r"^SHUNT_REPORT .*\n    current:  rank \(set\)$", p.stdout, re.M),
+           "SHUNT_REPORT=rank must show as set", p, c)
+    expect(re.search(r'^SHUNT_PACK .*\n    current:  auto \(the value "fast" is not valid: default used\)$', p.stdout,
+                     re.M), "a bad SHUNT_PACK must show the rejected value", p, c)
+    warnings = p.stderr.splitlines()
+    expect(len(warnings) == 2 and any("SHUNT_PACK" in w for w in warnings) and
+           any("SHUNT_BOGUS is not a shunt variable" in w for w in warnings),
+           "expected one warning per bad variable on stderr", p, c)
+    p, c = tool([info, "--help"])
+    expect(p.returncode == 0 and "--config" in p.stdout, "shunt-info --help", p, c)
+    p, c = tool([info, "--version"])
+    expect(p.returncode == 0 and re.match(r"shunt-info \(shunt\) \d+\.\d+", p.stdout), "shunt-info --version", p, c)
+    p, c = tool([info, "--frobnicate"])
+    expect(p.returncode == 2 and "unknown option '--frobnicate'" in p.stderr and p.stdout == "",
+           "an unknown option must fail with exit status 2", p, c)
+
+    run = os.path.abspath(args.shunt_run)
+    p, c = tool([run, "--library"])
+    expect(p.returncode == 0 and os.path.samefile(p.stdout.strip(), args.lib),
+           "shunt-run --library must find the library of this build", p, c)
+    p, c = tool([run, "sh", "-c", 'printf %s "$LD_PRELOAD"'], {"LD_PRELOAD": "/other.so"})
+    expect(p.returncode == 0 and p.stdout == f"{p.stdout.split(':')[0]}:/other.so" and
+           os.path.samefile(p.stdout.split(":")[0], args.lib), "shunt-run must prepend libshunt.so to LD_PRELOAD", p, c)
+    p, c = tool([run])
+    expect(p.returncode == 2 and "usage" in p.stderr, "shunt-run without a program must fail with usage", p, c)
+    p, c = tool([run, "--bogus"])
+    expect(p.returncode == 2 and "unknown option" in p.stderr, "shunt-run with an unknown option must fail", p, c)
+    print("shunt-info and shunt-run: all checks passed")
+    return 0
+
+
+def parse_library_calls(text):
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, count = item.partition("=")
+        out[name] = int(count)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    pr = sub.add_parser("program")
+    pr.add_argument("--mpiexec", required=True)
+    pr.add_argument("--mpiexec-arg", action="append")
+    pr.add_argument("--flavour", choices=["openmpi", "mpich"], required=True)
+    pr.add_argument("--lib", required=True)
+    pr.add_argument("--shunt-run", required=True)
+    pr.add_argument("--ranks", default="1,2,4")
+    pr.add_argument("--config-checks", action="store_true")
+    pr.add_argument("--library-calls", type=parse_library_calls, default=None,
+                    help="with SHUNT_PACK=host, the calls per rank that must reach the library, e.g. "
+                    "MPI_Pack=1 (unlisted: 0); without the option this is not checked")
+    pr.add_argument("command", nargs=argparse.REMAINDER)
+    tl = sub.add_parser("tools")
+    tl.add_argument("--shunt-info", required=True)
+    tl.add_argument("--shunt-run", required=True)
+    tl.add_argument("--lib", required=True)
+    args = ap.parse_args()
+    if args.mode == "program":
+        if args.command[:1] == ["--"]:
+            args.command = args.command[1:]
+        if not args.command:
+            ap.error("program: no PROGRAM given")
+    try:
+        return check_program(args) if args.mode == "program" else check_tools(args)
+    except Failure as f:
+        print(f"FAIL: {f}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
