@@ -141,11 +141,18 @@ TEST_CASE("missing, corrupt, stale and foreign model files are diagnosed, never 
     CHECK(load_model(dir + "/foreign.json", nullptr).model);  // validation without identity
 }
 
-TEST_CASE("default model path follows XDG, then HOME") {
-    CHECK(default_model_path("/x/cache", "/home/u") == "/x/cache/shunt/model.json");
-    CHECK(default_model_path(nullptr, "/home/u") == "/home/u/.cache/shunt/model.json");
-    CHECK(default_model_path("relative", "/home/u") == "/home/u/.cache/shunt/model.json");
-    CHECK(default_model_path(nullptr, nullptr).empty());
+TEST_CASE("default model path follows XDG, then HOME, one file per host and MPI") {
+    const model_identity id{"node-7", "none", "Open MPI v4.1.4"};
+    CHECK(model_file_name(id) == "model-node-7-Open_MPI_v4.1.4.json");
+    CHECK(default_model_path("/x/cache", "/home/u", id) == "/x/cache/shunt/model-node-7-Open_MPI_v4.1.4.json");
+    CHECK(default_model_path(nullptr, "/home/u", id) == "/home/u/.cache/shunt/model-node-7-Open_MPI_v4.1.4.json");
+    CHECK(default_model_path("relative", "/home/u", id) == "/home/u/.cache/shunt/model-node-7-Open_MPI_v4.1.4.json");
+    CHECK(default_model_path(nullptr, nullptr, id).empty());
+    CHECK(model_file_name({"a/b", "none", ""}) == "model-a_b-unknown.json");
+    const char* env[] = {"HOME=/h", "XDG_CACHE_HOMEX=/no", "XDG_CACHE_HOME=/c"};
+    CHECK(resolve_model_path("", env, id) == "/c/shunt/model-node-7-Open_MPI_v4.1.4.json");
+    CHECK(resolve_model_path("/explicit.json", env, id) == "/explicit.json");
+    CHECK(environment_lookup(env, "HOM") == nullptr);
 }
 
 TEST_CASE("online refinement moves a wrong default toward observed times, bounded") {

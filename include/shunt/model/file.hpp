@@ -7,14 +7,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -137,13 +140,41 @@ inline void save_model(const cost_model& m, const std::string& path) {
     }
 }
 
-/// Where the model lives when SHUNT_MODEL does not say: $XDG_CACHE_HOME/shunt/model.json, else
-/// $HOME/.cache/shunt/model.json. The caller passes the environment values (the library never
-/// reads the environment). Empty when neither is set.
-inline std::string default_model_path(const char* xdg_cache_home, const char* home) {
-    if (xdg_cache_home && *xdg_cache_home == '/') return std::string(xdg_cache_home) + "/shunt/model.json";
-    if (home && *home) return std::string(home) + "/.cache/shunt/model.json";
+/// The file name of a model for `id`: model-<host>-<MPI library>.json, with anything but
+/// letters, digits, '.', '_' and '-' replaced, so nodes sharing a home directory keep their own.
+inline std::string model_file_name(const model_identity& id) {
+    auto clean = [](const std::string& s) {
+        std::string out;
+        for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+        return out.empty() ? std::string("unknown") : out.substr(0, 80);
+    };
+    return "model-" + clean(id.host) + "-" + clean(id.mpi) + ".json";
+}
+
+/// Where the model of `id` lives when SHUNT_MODEL does not say: $XDG_CACHE_HOME/shunt/NAME,
+/// else $HOME/.cache/shunt/NAME (NAME from model_file_name). The caller passes the environment
+/// values (the library never reads the environment). Empty when neither is set.
+inline std::string default_model_path(const char* xdg_cache_home, const char* home, const model_identity& id) {
+    if (xdg_cache_home && *xdg_cache_home == '/') return std::string(xdg_cache_home) + "/shunt/" + model_file_name(id);
+    if (home && *home) return std::string(home) + "/.cache/shunt/" + model_file_name(id);
     return {};
+}
+
+/// The value of NAME in an environment given as "NAME=value" strings, or nullptr.
+inline const char* environment_lookup(std::span<const char* const> env, std::string_view name) {
+    for (const char* e : env) {
+        const std::string_view s = e;
+        if (s.size() > name.size() && s.substr(0, name.size()) == name && s[name.size()] == '=') return e + name.size() + 1;
+    }
+    return nullptr;
+}
+
+/// The model file to use: `configured` (SHUNT_MODEL) if not empty, else the default location
+/// for `id` from XDG_CACHE_HOME / HOME in `env`.
+inline std::string resolve_model_path(const std::string& configured, std::span<const char* const> env,
+                                      const model_identity& id) {
+    if (!configured.empty()) return configured;
+    return default_model_path(environment_lookup(env, "XDG_CACHE_HOME"), environment_lookup(env, "HOME"), id);
 }
 
 /// This process's identity: host name, the given GPU name ("none" without one), and the MPI

@@ -1,0 +1,308 @@
+// shunt-measure: measures this machine's cost model tables (packing, copies, point-to-point per
+// locality level) and writes the model file; also validates predictions and pack decisions.
+#include <shunt/config.hpp>
+#include <shunt/model/file.hpp>
+#include <shunt/model/measure.hpp>
+#include <shunt/plan/pack.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+using namespace shunt;
+
+struct options {
+    bool full = false;
+    double budget_s = 0;  // 0: no limit
+    std::string output;
+    bool force = false;
+    bool validate = false;
+    bool decisions = false;
+    bool dry_run = false;
+};
+
+constexpr const char* usage_text =
+    "usage: [mpirun -n N] shunt-measure [options]\n"
+    "Measures this machine's cost model and writes it to the model file (SHUNT_MODEL, else\n"
+    "$XDG_CACHE_HOME/shunt/model.json, else ~/.cache/shunt/model.json). Incremental: tables already\n"
+    "in the file are kept and only missing ones are measured. One node: intra-node tables; run across\n"
+    "two nodes for the inter-node tables.\n"
+    "  --quick            few sizes and short trials (default; under a minute on 2 cores)\n"
+    "  --full             all sizes and block lengths, longer trials\n"
+    "  --budget SECONDS   stop starting new tables after this long (what is done is saved)\n"
+    "  --output FILE      write the model here instead\n"
+    "  --force            measure every table again, replacing the file's\n"
+    "  --validate         measure held-out sizes and report each table's prediction error\n"
+    "  --decisions        compare the planner's pack choice with the fastest measured method\n"
+    "  --dry-run          list what would be measured, measure nothing\n"
+    "  --help             this text\n";
+
+bool parse_args(int argc, char** argv, options& o, std::string& error) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        auto value = [&](const char* what) -> const char* {
+            if (i + 1 >= argc) {
+                error = std::string(a) + " needs " + what;
+                return nullptr;
+            }
+            return argv[++i];
+        };
+        if (a == "--quick") o.full = false;
+        else if (a == "--full") o.full = true;
+        else if (a == "--force") o.force = true;
+        else if (a == "--validate") o.validate = true;
+        else if (a == "--decisions") o.decisions = true;
+        else if (a == "--dry-run") o.dry_run = true;
+        else if (a == "--output") {
+            const char* v = value("a file name");
+            if (!v) return false;
+            o.output = v;
+        } else if (a == "--budget") {
+            const char* v = value("a number of seconds");
+            if (!v) return false;
+            char* end = nullptr;
+            o.budget_s = std::strtod(v, &end);
+            if (end == v || *end != '\0' || !(o.budget_s > 0)) {
+                error = std::string("--budget needs a positive number of seconds, not '") + v + "'";
+                return false;
+            }
+        } else {
+            error = "unknown option '" + std::string(a) + "'";
+            return false;
+        }
+    }
+    return true;
+}
+
+/// One table to measure: its name and how. `collective` ones run on every rank.
+struct task {
+    std::string name;
+    bool collective;
+    std::function<time_table()> run;
+};
+
+/// Progress on stderr: a redrawn bar on a terminal, plain lines otherwise.
+class progress {
+public:
+    progress(std::size_t total, bool enabled) : total_(total), enabled_(enabled), tty_(::isatty(2) == 1) {}
+    void step(std::size_t done, const std::string& what, double elapsed) {
+        if (!enabled_) return;
+        if (tty_) {
+            const int width = 30;
+            const int filled = total_ ? static_cast<int>(width * done / total_) : width;
+            std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu %-28.28s %6.1f s", filled, "##############################",
+                         width - filled, "", done, total_, what.c_str(), elapsed);
+            if (done == total_) std::fputc('\n', stderr);
+        } else {
+            std::fprintf(stderr, "shunt-measure: %zu/%zu %s (%.1f s)\n", done, total_, what.c_str(), elapsed);
+        }
+        std::fflush(stderr);
+    }
+
+private:
+    std::size_t total_;
+    bool enabled_, tty_;
+};
+
+/// The world ranks rank 0 pairs with: one on its node and one on another node (-1 if none).
+void find_peers(int& node_peer, int& network_peer) {
+    int rank = 0, size = 1;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm node = MPI_COMM_NULL;
+    SHUNT_CHECK_MPI(PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    int leader = rank;  // lowest world rank of my node
+    SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, node));
+    PMPI_Comm_free(&node);
+    std::vector<int> leaders(static_cast<std::size_t>(size));
+    SHUNT_CHECK_MPI(PMPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD));
+    node_peer = network_peer = -1;
+    for (int r = 1; r < size; ++r) {
+        if (leaders[static_cast<std::size_t>(r)] == leaders[0] && node_peer < 0) node_peer = r;
+        if (leaders[static_cast<std::size_t>(r)] != leaders[0] && network_peer < 0) network_peer = r;
+    }
+}
+
+std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer) {
+    const timing_policy pol = o.full ? full_timing() : quick_timing();
+    const std::vector<std::int64_t> block_lens =
+        o.full ? std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}
+               : std::vector<std::int64_t>{1, 4, 16, 64, 256, 1024};
+    const auto pack_sizes = o.full ? geometric_sizes(256, 16 << 20, 4) : geometric_sizes(1024, 4 << 20, 4);
+    const auto copy_sizes = o.full ? geometric_sizes(64, 64 << 20, 4) : geometric_sizes(256, 16 << 20, 4);
+    const auto p2p_sizes = o.full ? geometric_sizes(8, 64 << 20, 4) : geometric_sizes(8, 4 << 20, 4);
+    std::vector<task> tasks;
+    tasks.push_back({"copy.memcpy", false, [=] { return measure_memcpy(copy_sizes, pol); }});
+    for (const bool unpack : {false, true})
+        for (const bool library : {true, false})
+            for (const std::int64_t l : block_lens) {
+                const auto sizes = pack_sizes;
+                tasks.push_back({table_names::pack(library, unpack, l), false,
+                                 [=] { return measure_pack(library, unpack, l, sizes, pol); }});
+            }
+    if (node_peer > 0)
+        tasks.push_back({table_names::p2p("node", "hh"), true,
+                         [=] { return measure_p2p(MPI_COMM_WORLD, 0, node_peer, p2p_sizes, pol); }});
+    if (network_peer > 0)
+        tasks.push_back({table_names::p2p("network", "hh"), true,
+                         [=] { return measure_p2p(MPI_COMM_WORLD, 0, network_peer, p2p_sizes, pol); }});
+    return tasks;
+}
+
+/// Re-measures each table at held-out sizes and prints its prediction error.
+void validate(const cost_model& m, const std::vector<task>& tasks, const options& o, int rank) {
+    const timing_policy pol = o.full ? full_timing() : quick_timing();
+    if (rank == 0) std::printf("%-26s %8s %10s %10s\n", "table", "points", "median%", "max%");
+    std::vector<double> all_pack, all_p2p;
+    int node_peer = -1, network_peer = -1;
+    find_peers(node_peer, network_peer);
+    for (const auto& t : tasks) {
+        const time_table* tbl = m.find(t.name);
+        int have = tbl != nullptr;
+        PMPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (!have) continue;
+        std::vector<double> sizes = rank == 0 ? held_out_sizes(*tbl) : std::vector<double>{};
+        int n = static_cast<int>(sizes.size());
+        PMPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        sizes.resize(static_cast<std::size_t>(n));
+        PMPI_Bcast(sizes.data(), n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        time_table measured;
+        if (t.name.rfind("p2p.", 0) == 0) {
+            const int peer = t.name.find(".network.") != std::string::npos ? network_peer : node_peer;
+            measured = measure_p2p(MPI_COMM_WORLD, 0, peer, sizes, pol);
+        } else if (rank == 0) {
+            if (t.name == "copy.memcpy") {
+                measured = measure_memcpy(sizes, pol);
+            } else {
+                const bool unpack = t.name.rfind("unpack.", 0) == 0;
+                const bool library = t.name.find(".library.") != std::string::npos;
+                const std::int64_t l = std::atoll(t.name.c_str() + t.name.rfind(".b") + 2);
+                measured = measure_pack(library, unpack, l, sizes, pol);
+            }
+        }
+        if (rank != 0) continue;
+        const auto errs = percentage_errors(m, t.name, measured);
+        if (errs.empty()) continue;
+        (t.name.rfind("p2p.", 0) == 0 ? all_p2p : all_pack).insert(
+            (t.name.rfind("p2p.", 0) == 0 ? all_p2p : all_pack).end(), errs.begin(), errs.end());
+        std::printf("%-26s %8zu %9.1f%% %9.1f%%\n", t.name.c_str(), errs.size(), median(errs),
+                    *std::max_element(errs.begin(), errs.end()));
+    }
+    if (rank == 0) {
+        if (!all_pack.empty()) std::printf("validate pack+copy median_ape=%.1f%% points=%zu\n", median(all_pack), all_pack.size());
+        if (!all_p2p.empty()) std::printf("validate p2p median_ape=%.1f%% points=%zu\n", median(all_p2p), all_p2p.size());
+    }
+}
+
+/// For a grid of sizes and block lengths: the planner's pick against the measured fastest.
+void check_decisions(const cost_model& m, const options& o, int rank) {
+    if (rank != 0) return;
+    const timing_policy pol = o.full ? full_timing() : quick_timing();
+    const std::vector<std::int64_t> lens = {1, 2, 3, 8, 24, 48, 100, 256, 700, 2048};
+    const std::vector<double> sizes = {512, 6000, 100000, 1500000};
+    int fastest = 0, total = 0;
+    double worst = 1;
+    std::printf("%-8s %-10s %12s %12s %-8s %-8s %8s\n", "block", "bytes", "library_s", "shunt_s", "picked", "fastest", "slowdown");
+    for (const auto l : lens)
+        for (const double s : sizes) {
+            const double lib = measure_pack(true, false, l, std::vector<double>{s}, pol).points().front().time;
+            const double sh = measure_pack(false, false, l, std::vector<double>{s}, pol).points().front().time;
+            const vector_type vt(static_cast<std::int64_t>(s), l);
+            const pack_decision d = plan_pack(decode(vt.get()), 1, m);
+            const bool picked_host = d.method == pack_method::host;
+            const double picked = picked_host ? sh : lib, best = std::min(sh, lib);
+            const double slowdown = best > 0 ? picked / best : 1;
+            worst = std::max(worst, slowdown);
+            fastest += picked == best;
+            ++total;
+            std::printf("%-8lld %-10.0f %12.3g %12.3g %-8s %-8s %8.2f\n", static_cast<long long>(l), s, lib, sh,
+                        picked_host ? "shunt" : "library", sh <= lib ? "shunt" : "library", slowdown);
+        }
+    std::printf("decisions fastest=%d/%d worst_slowdown=%.2f\n", fastest, total, worst);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    options o;
+    std::string message;
+    if (argc > 1 && (std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h")) {
+        std::fputs(usage_text, stdout);
+        return 0;
+    }
+    if (!parse_args(argc, argv, o, message)) {
+        std::fprintf(stderr, "shunt-measure: %s\n%s", message.c_str(), usage_text);
+        return 2;
+    }
+    MPI_Init(&argc, &argv);
+    int rank = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int status = 0;
+    try {
+        const model_identity me = current_identity();
+        const std::string path = o.output.empty() ? resolve_model_path(config().model, process_environment(), me) : o.output;
+        if (path.empty()) throw shunt::error("no model file location: set SHUNT_MODEL or HOME, or pass --output");
+        cost_model model;
+        model.id = me;
+        if (rank == 0 && !o.force) {
+            auto r = load_model(path, &me);
+            if (r.model)
+                model = *r.model;
+            else if (!r.missing)
+                std::fprintf(stderr, "shunt-measure: warning: %s; starting a new model\n", r.problem.c_str());
+        }
+        int node_peer = -1, network_peer = -1;
+        find_peers(node_peer, network_peer);
+        const auto tasks = plan_tasks(o, node_peer, network_peer);
+        std::vector<const task*> todo;
+        for (const auto& t : tasks) {
+            int need = o.force || !model.measured(t.name);
+            PMPI_Bcast(&need, 1, MPI_INT, 0, MPI_COMM_WORLD);
+            if (need) todo.push_back(&t);
+        }
+        if (o.dry_run) {
+            if (rank == 0)
+                for (const task* t : todo) std::printf("would measure %s\n", t->name.c_str());
+        } else {
+            progress bar(todo.size(), rank == 0);
+            const double start = detail::now_s();
+            std::size_t done = 0;
+            for (const task* t : todo) {
+                int go = o.budget_s <= 0 || detail::now_s() - start < o.budget_s;
+                PMPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+                if (!go) break;
+                if (t->collective || rank == 0) {
+                    time_table tbl = t->run();
+                    if (rank == 0) model.set(t->name, std::move(tbl));
+                }
+                bar.step(++done, t->name, detail::now_s() - start);
+            }
+            if (rank == 0) {
+                if (done < todo.size())
+                    std::fprintf(stderr, "shunt-measure: budget reached, %zu of %zu tables measured; run again to continue\n",
+                                 done, todo.size());
+                save_model(model, path);
+                std::printf("shunt-measure: wrote %zu tables to %s\n", model.tables().size(), path.c_str());
+            }
+        }
+        if (o.validate) validate(model, tasks, o, rank);
+        if (o.decisions) check_decisions(model, o, rank);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "shunt-measure: error: %s\n", e.what());
+        status = 1;
+    }
+    int worst = status;
+    PMPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return worst;
+}

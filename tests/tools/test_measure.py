@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+# tests/tools/test_measure.py: shunt-measure end to end: writes a valid model, is incremental, honours
+# its budget, validates predictions on held-out sizes and checks pack decisions against measurements.
+import json, os, re, subprocess, sys, tempfile
+
+mpiexec, mpiexec_args, measure, info = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+failures = []
+
+def run(args, ranks=2, **kw):
+    cmd = [mpiexec] + mpiexec_args + ["-n", str(ranks), measure] + args
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, **kw)
+    return p
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+with tempfile.TemporaryDirectory() as tmp:
+    model = os.path.join(tmp, "sub", "model.json")
+    # A budget far too small for everything: partial tables, saved, and a clear note.
+    p = run(["--quick", "--budget", "0.001", "--output", model])
+    check(p.returncode == 0, "budgeted run succeeds: " + p.stderr[-300:])
+    check("budget reached" in p.stderr, "budgeted run says it stopped early")
+    first = json.load(open(model))["tables"]
+    check(0 < len(first) < 20, f"budgeted run measured some tables ({len(first)})")
+    check((os.stat(model).st_mode & 0o777) == 0o600, "model file is readable by the user only")
+
+    # Incremental: the rest is filled, nothing already measured is measured again.
+    p = run(["--quick", "--dry-run", "--output", model])
+    todo = [l for l in p.stdout.splitlines() if l.startswith("would measure")]
+    check(not any(t.split()[-1] in first for t in todo), "dry run skips tables already in the file")
+    p = run(["--quick", "--output", model, "--validate", "--decisions"])
+    check(p.returncode == 0, "full quick run succeeds: " + p.stderr[-300:])
+    print(p.stdout)
+    tables = json.load(open(model))["tables"]
+    check(all(tables[k] == v for k, v in first.items()), "tables measured earlier are kept unchanged")
+    check("p2p.node.hh" in tables and "copy.memcpy" in tables and "pack.shunt.b1" in tables,
+          "model has point-to-point, copy and pack tables")
+    p2 = run(["--quick", "--dry-run", "--output", model])
+    check("would measure" not in p2.stdout, "after a complete run nothing is left to measure")
+
+    # Validation: held-out sizes. The goal is 15% median error on a quiet machine; under a loaded
+    # CI box the bound here only catches a broken model (wrong units, wrong interpolation).
+    m = re.search(r"validate pack\+copy median_ape=([\d.]+)%", p.stdout)
+    check(m is not None and float(m.group(1)) < 60, "pack/copy prediction error on held-out sizes is sane")
+    m = re.search(r"validate p2p median_ape=([\d.]+)%", p.stdout)
+    check(m is not None and float(m.group(1)) < 60, "point-to-point prediction error on held-out sizes is sane")
+    m = re.search(r"decisions fastest=(\d+)/(\d+) worst_slowdown=([\d.]+)", p.stdout)
+    check(m is not None and int(m.group(1)) >= int(m.group(2)) // 2 and float(m.group(3)) < 3,
+          "pack decisions mostly pick the fastest method")
+
+    # shunt-info validates the file; a corrupt or foreign file is refused with a reason.
+    p = subprocess.run([info, "--model", model], capture_output=True, text=True, env=env)
+    check(p.returncode == 0 and "valid shunt model" in p.stdout, "shunt-info --model accepts the file")
+    bad = os.path.join(tmp, "bad.json")
+    open(bad, "w").write('{"schema": "shunt-model", "version": 1, "identity": {"host": "elsewhere", "gpu": "none", "mpi": "x"}, "tables": {}}')
+    p = subprocess.run([info, "--model", bad], capture_output=True, text=True, env=env)
+    check(p.returncode == 1 and "FOREIGN" in p.stdout, "shunt-info --model flags a foreign file")
+    open(bad, "w").write('{"schema": "shunt-model", "version": 1, "tables": {"x": [[1, 2]]}}')
+    p = subprocess.run([info, "--model", bad], capture_output=True, text=True, env=env)
+    check(p.returncode == 1 and "corrupt" in p.stderr, "shunt-info --model refuses a corrupt file")
+    p = subprocess.run([info, "--explain", "pack", "65536", "4"], capture_output=True, text=True,
+                       env=dict(env, SHUNT_MODEL=model))
+    check(p.returncode == 0 and "<- chosen" in p.stdout and "measured model" in p.stdout,
+          "shunt-info --explain uses the measured model and names the choice")
+    p = run(["--bogus"], ranks=1)
+    check(p.returncode == 2 and "unknown option" in p.stderr, "bad option gives a clear error")
+
+print(f"{len(failures)} failed")
+sys.exit(1 if failures else 0)
