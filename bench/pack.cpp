@@ -1,0 +1,408 @@
+// bench/pack.cpp: bench-pack, MPI_Pack and MPI_Unpack of the MPI library against shunt's, per datatype family.
+#include "harness.hpp"
+
+#include <mpi.h>
+
+#include <dlfcn.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace shunt::bench;
+
+/// A stride between blocks: a multiple of the block length ("2x") or bytes ("512").
+struct stride_spec {
+    std::int64_t value = 0;
+    bool times = false;
+    std::int64_t bytes(std::int64_t block) const { return times ? value * block : value; }
+};
+
+/// The families and shapes to run; --quick changes the defaults of what is not given.
+struct settings {
+    bool quick = false;
+    std::vector<std::int64_t> blocks = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+    std::vector<stride_spec> strides = {{2, true}, {4, true}, {512, false}};
+    std::vector<std::int64_t> cubes = {128, 256};
+    std::vector<std::int64_t> indexed = {8, 64, 512};
+    std::vector<std::int64_t> sizes = {64 << 10, 1 << 20, 16 << 20};
+    std::int64_t max_footprint = std::int64_t{1} << 30;
+};
+
+std::vector<stride_spec> parse_strides(const std::string& text) {
+    std::vector<stride_spec> out;
+    std::size_t start = 0;
+    while (start <= text.size()) {
+        const std::size_t comma = std::min(text.find(',', start), text.size());
+        const std::string item = text.substr(start, comma - start);
+        if (!item.empty() && (item.back() == 'x' || item.back() == 'X'))
+            out.push_back({parse_int(item.substr(0, item.size() - 1), "--strides (multiple of the block)", 1, 1 << 20), true});
+        else
+            out.push_back({parse_size(item, "--strides"), false});
+        start = comma + 1;
+    }
+    return out;
+}
+
+/// One datatype to benchmark: its row name (without the operation), what the table shows of
+/// it, and how to build it (only when one of its rows is selected).
+struct pack_case {
+    std::string name;
+    std::string family;
+    std::int64_t block = 0;   // bytes per block (the mean for indexed)
+    std::int64_t stride = 0;  // bytes from block to block; 0: irregular
+    std::int64_t footprint = 0;  // bytes the typed buffer spans (MPI's true extent)
+    std::function<MPI_Datatype()> make;
+};
+
+MPI_Datatype commit(MPI_Datatype t) {
+    SHUNT_CHECK_MPI(MPI_Type_commit(&t));
+    return t;
+}
+
+std::vector<pack_case> make_cases(const settings& s) {
+    std::vector<pack_case> cases;
+    // 2-D objects: `size` bytes in blocks of `b` bytes, `stride` bytes apart.
+    for (const std::int64_t size : s.sizes) {
+        for (const std::int64_t b : s.blocks) {
+            std::vector<std::int64_t> done;
+            for (const auto& st : s.strides) {
+                const std::int64_t stride = st.bytes(b);
+                const std::int64_t count = size / b;
+                // A stride below the block overlaps blocks (erroneous for unpack): not a 2-D object.
+                if (stride < b || count == 0 || std::find(done.begin(), done.end(), stride) != done.end()) continue;
+                done.push_back(stride);
+                std::int64_t footprint = 0;  // an absurd stride overflows: then the case is skipped as too big
+                if (__builtin_mul_overflow(count - 1, stride, &footprint) || __builtin_add_overflow(footprint, b, &footprint))
+                    footprint = std::numeric_limits<std::int64_t>::max();
+                cases.push_back({"vector/b" + std::to_string(b) + "/s" + std::to_string(stride) + "/" + format_bytes(count * b),
+                                 "vector", b, stride, footprint, [=] {
+                                     MPI_Datatype t;
+                                     SHUNT_CHECK_MPI(MPI_Type_create_hvector(static_cast<int>(count), static_cast<int>(b),
+                                                                             stride, MPI_BYTE, &t));
+                                     return commit(t);
+                                 }});
+            }
+        }
+    }
+    // 3-D halo faces: radius-3 faces of an n^3 cube of doubles stored with its halo, (n+6)^3.
+    constexpr int r = 3;
+    for (const std::int64_t n64 : s.cubes) {
+        const int n = static_cast<int>(n64), full = n + 2 * r;
+        const std::int64_t row = std::int64_t{full} * 8;
+        struct face {
+            const char* family;
+            int sub[3];  // z, y, x (C order)
+            std::int64_t block;
+        };
+        const face faces[] = {{"halo-x", {n, n, r}, r * 8}, {"halo-y", {n, r, n}, n64 * 8}, {"halo-z", {r, n, n}, n64 * 8}};
+        for (const face& f : faces) {
+            const std::int64_t footprint = ((std::int64_t{f.sub[0]} - 1) * full + f.sub[1] - 1) * row + f.sub[2] * 8;
+            cases.push_back({std::string(f.family) + "/n" + std::to_string(n), f.family, f.block, row, footprint, [=] {
+                                 const int sizes[3] = {full, full, full}, starts[3] = {r, r, r};
+                                 MPI_Datatype t;
+                                 SHUNT_CHECK_MPI(MPI_Type_create_subarray(3, sizes, f.sub, starts, MPI_ORDER_C,
+                                                                          MPI_DOUBLE, &t));
+                                 return commit(t);
+                             }});
+        }
+    }
+    // Indexed: irregular blocks of mean length m (uniform in [1, 2m-1]) separated by irregular
+    // gaps (uniform in [1, 2m]), in increasing order, up to `size` bytes; fixed seeds.
+    for (const std::int64_t size : s.sizes) {
+        for (const std::int64_t m : s.indexed) {
+            // Blocks average m bytes and gaps m + 1/2: the span is about (2 + 1/2m) size.
+            cases.push_back({"indexed/b" + std::to_string(m) + "/" + format_bytes(size), "indexed", m, 0,
+                             2 * size + size / m + 2 * m, [=] {
+                                 std::mt19937_64 rng(static_cast<std::uint64_t>(size * 131 + m));
+                                 std::uniform_int_distribution<std::int64_t> len(1, 2 * m - 1), gap(1, 2 * m);
+                                 std::vector<int> lens;
+                                 std::vector<MPI_Aint> displs;
+                                 std::int64_t total = 0, at = 0;
+                                 while (total < size) {
+                                     const std::int64_t l = std::min(len(rng), size - total);
+                                     lens.push_back(static_cast<int>(l));
+                                     displs.push_back(at);
+                                     total += l;
+                                     at += l + gap(rng);
+                                 }
+                                 if (lens.size() > INT_MAX) throw shunt::error("indexed type has too many blocks");
+                                 MPI_Datatype t;
+                                 SHUNT_CHECK_MPI(MPI_Type_create_hindexed(static_cast<int>(lens.size()), lens.data(),
+                                                                          displs.data(), MPI_BYTE, &t));
+                                 return commit(t);
+                             }});
+        }
+    }
+    return cases;
+}
+
+/// A 64-byte aligned heap buffer.
+class buffer {
+public:
+    explicit buffer(std::int64_t n) {
+        const std::size_t bytes = (static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) + 63) / 64 * 64;
+        data_.reset(static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
+        if (!data_) throw std::bad_alloc();
+    }
+    std::byte* data() const { return data_.get(); }
+
+private:
+    struct release {
+        void operator()(std::byte* p) const { std::free(p); }
+    };
+    std::unique_ptr<std::byte, release> data_;
+};
+
+void fill(std::byte* p, std::int64_t n, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (std::int64_t i = 0; i < n; i += 8) {
+        const std::uint64_t v = rng();
+        std::memcpy(p + i, &v, static_cast<std::size_t>(std::min<std::int64_t>(8, n - i)));
+    }
+}
+
+/// Throws shunt::error naming the first differing byte of two buffers that should be equal.
+void expect_equal(const std::byte* library, const std::byte* shunt_bytes, std::int64_t n, const std::string& what) {
+    if (std::memcmp(library, shunt_bytes, static_cast<std::size_t>(n)) == 0) return;
+    std::int64_t i = 0;
+    while (library[i] == shunt_bytes[i]) ++i;
+    char msg[256];
+    std::snprintf(msg, sizeof msg, ": byte %lld of %lld differs (library 0x%02x, shunt 0x%02x)", static_cast<long long>(i),
+                  static_cast<long long>(n), static_cast<unsigned>(library[i]), static_cast<unsigned>(shunt_bytes[i]));
+    throw shunt::error("MISMATCH in " + what + msg);
+}
+
+/// Verifies shunt against the library for one type, then times pack and unpack (the rows that
+/// are selected) with memcpy of the same bytes interleaved.
+void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& o) {
+    MPI_Count size = 0, true_lb = 0, true_extent = 0;
+    SHUNT_CHECK_MPI(MPI_Type_size_x(type, &size));
+    SHUNT_CHECK_MPI(MPI_Type_get_true_extent_x(type, &true_lb, &true_extent));
+    if (size > INT_MAX) throw shunt::error(c.name + ": " + std::to_string(size) + " bytes is beyond MPI_Pack's int sizes");
+    const int isize = static_cast<int>(size);
+    // Typed buffers span the type's true extent; element 0 sits at span - true_lb.
+    buffer typed(true_extent), typed_library(true_extent), typed_shunt(true_extent);
+    buffer packed_library(size), packed_shunt(size), copy_src(size), copy_dst(size);
+    std::byte* const in = typed.data() - true_lb;
+    std::byte* const out_library = typed_library.data() - true_lb;
+    std::byte* const out_shunt = typed_shunt.data() - true_lb;
+    fill(typed.data(), true_extent, 1);
+    fill(copy_src.data(), size, 2);
+    fill(copy_dst.data(), size, 3);
+
+    // Once per row: shunt's bytes must be the library's, both ways.
+    int pos_library = 0, pos_shunt = 0;
+    SHUNT_CHECK_MPI(PMPI_Pack(in, 1, type, packed_library.data(), isize, &pos_library, MPI_COMM_SELF));
+    SHUNT_CHECK_MPI(MPI_Pack(in, 1, type, packed_shunt.data(), isize, &pos_shunt, MPI_COMM_SELF));
+    if (pos_library != isize || pos_shunt != isize)
+        throw shunt::error("MISMATCH in pack/" + c.name + ": position after MPI_Pack is " + std::to_string(pos_shunt) +
+                           " (shunt) and " + std::to_string(pos_library) + " (library), expected " + std::to_string(isize));
+    expect_equal(packed_library.data(), packed_shunt.data(), size, "pack/" + c.name);
+    fill(typed_library.data(), true_extent, 4);
+    fill(typed_shunt.data(), true_extent, 4);
+    pos_library = pos_shunt = 0;
+    SHUNT_CHECK_MPI(PMPI_Unpack(packed_library.data(), isize, &pos_library, out_library, 1, type, MPI_COMM_SELF));
+    SHUNT_CHECK_MPI(MPI_Unpack(packed_library.data(), isize, &pos_shunt, out_shunt, 1, type, MPI_COMM_SELF));
+    if (pos_library != isize || pos_shunt != isize)
+        throw shunt::error("MISMATCH in unpack/" + c.name + ": position after MPI_Unpack is " + std::to_string(pos_shunt) +
+                           " (shunt) and " + std::to_string(pos_library) + " (library), expected " + std::to_string(isize));
+    expect_equal(typed_library.data(), typed_shunt.data(), true_extent, "unpack/" + c.name + " (typed buffer)");
+
+    auto memcpy_fn = [&] { std::memcpy(copy_dst.data(), copy_src.data(), static_cast<std::size_t>(size)); };
+    auto report = [&](const char* op, const std::vector<timing>& t) {
+        const double library_s = t[0].best_s, shunt_s = t[1].best_s, memcpy_s = t[2].best_s;
+        out.row({text_cell(op), text_cell(c.family), bytes_cell(c.block),
+                 c.stride ? bytes_cell(c.stride) : cell{"rand", ""}, bytes_cell(size), gbs_cell(size, library_s),
+                 gbs_cell(size, shunt_s), number_cell(library_s / shunt_s, 2), gbs_cell(size, memcpy_s),
+                 number_cell(memcpy_s / shunt_s, 2)});
+    };
+    if (o.selected("pack/" + c.name)) {
+        const std::function<void()> variants[] = {
+            [&] {
+                int pos = 0;
+                SHUNT_CHECK_MPI(PMPI_Pack(in, 1, type, packed_library.data(), isize, &pos, MPI_COMM_SELF));
+            },
+            [&] {
+                int pos = 0;
+                SHUNT_CHECK_MPI(MPI_Pack(in, 1, type, packed_shunt.data(), isize, &pos, MPI_COMM_SELF));
+            },
+            memcpy_fn};
+        report("pack", measure(variants, o));
+    }
+    if (o.selected("unpack/" + c.name)) {
+        const std::function<void()> variants[] = {
+            [&] {
+                int pos = 0;
+                SHUNT_CHECK_MPI(PMPI_Unpack(packed_library.data(), isize, &pos, out_library, 1, type, MPI_COMM_SELF));
+            },
+            [&] {
+                int pos = 0;
+                SHUNT_CHECK_MPI(MPI_Unpack(packed_library.data(), isize, &pos, out_shunt, 1, type, MPI_COMM_SELF));
+            },
+            memcpy_fn};
+        report("unpack", measure(variants, o));
+    }
+}
+
+/// The shared object that defines the function at `fn`, or "?" when dladdr cannot tell.
+std::string object_of(void* fn) {
+    Dl_info info{};
+    return dladdr(fn, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    settings s;
+    cli line("bench-pack",
+             "Times MPI_Pack and MPI_Unpack of the MPI library (PMPI_*) against shunt's (MPI_* in libshunt) in\n"
+             "one process, for 2-D vectors, 3-D halo faces and irregular indexed types, with memcpy of the\n"
+             "same bytes as the bound. Every row first checks that shunt's bytes equal the library's.");
+    line.flag("--quick", "a small set that runs in seconds (CI smoke test): 64K objects, blocks\n"
+                         "1,8,64,512, stride 2x, cube 32, indexed 8,64; 5 trials",
+              [&] { s.quick = true; });
+    line.option("--blocks", "LIST", "block lengths of the vector family (default 1:512, doubling)",
+                [&](const std::string& v) { s.blocks = parse_size_list(v, "--blocks"); });
+    line.option("--strides", "LIST", "strides of the vector family: Nx (N times the block) or bytes (default 2x,4x,512)",
+                [&](const std::string& v) { s.strides = parse_strides(v); });
+    line.option("--cubes", "LIST", "cube edges n of the halo family, n^3 doubles plus the halo (default 128,256)",
+                [&](const std::string& v) { s.cubes = parse_size_list(v, "--cubes"); });
+    line.option("--indexed", "LIST", "mean block lengths of the indexed family (default 8,64,512)",
+                [&](const std::string& v) { s.indexed = parse_size_list(v, "--indexed"); });
+    line.option("--max-footprint", "BYTES", "skip types whose buffer spans more (3 such buffers are held;\n"
+                "default 1G)",
+                [&](const std::string& v) { s.max_footprint = parse_size(v, "--max-footprint"); });
+    line.epilog(
+        "Rows are named OP/FAMILY/..., e.g. pack/vector/b8/s16/1M, unpack/halo-x/n128, pack/indexed/b64/64K.\n"
+        "--sizes sets the object sizes (packed bytes) of the vector and indexed families (default\n"
+        "64K,1M,16M). Columns: block and stride in bytes (rand: irregular), object = packed bytes; library\n"
+        "and shunt in GB/s of packed bytes; shunt/lib = library time / shunt time (above 1: shunt is\n"
+        "faster); memcpy = a contiguous copy of the same bytes; shunt/memcpy = memcpy time / shunt time.\n"
+        "Runs on rank 0 of MPI_COMM_WORLD (run it alone, or with mpiexec -n 1).");
+    options o = line.parse(argc, argv);
+    if (s.quick) {
+        if (!o.was_given("--sizes")) o.sizes = {64 << 10};
+        if (!o.was_given("--blocks")) s.blocks = {1, 8, 64, 512};
+        if (!o.was_given("--strides")) s.strides = {{2, true}};
+        if (!o.was_given("--cubes")) s.cubes = {32};
+        if (!o.was_given("--indexed")) s.indexed = {8, 64};
+        if (!o.was_given("--trials")) o.trials = 5;
+        if (!o.was_given("--warmup")) o.warmup = 1;
+        if (!o.was_given("--time")) o.time_s = 0.2;
+    }
+    if (!o.sizes.empty()) s.sizes = o.sizes;
+    for (const std::int64_t c : s.cubes)
+        if (c > 1000) {
+            std::fprintf(stderr, "bench-pack: --cubes: edge %lld is above 1000\n", static_cast<long long>(c));
+            return 2;
+        }
+    for (const std::int64_t v : s.sizes)
+        if (v > INT_MAX) {
+            std::fprintf(stderr, "bench-pack: --sizes: %lld bytes is beyond MPI_Pack's int sizes (at most %d)\n",
+                         static_cast<long long>(v), INT_MAX);
+            return 2;
+        }
+    std::vector<pack_case> cases = make_cases(s);
+    std::vector<std::string> too_big;
+    std::erase_if(cases, [&](const pack_case& c) {
+        if (c.footprint <= s.max_footprint) return false;
+        too_big.push_back(c.name + " (" + format_bytes(c.footprint) + ")");
+        return true;
+    });
+    if (o.list) {
+        for (const auto& c : cases)
+            for (const char* op : {"pack/", "unpack/"})
+                if (o.selected(op + c.name)) std::printf("%s%s\n", op, c.name.c_str());
+        return 0;
+    }
+
+    // The shunt column must reach libshunt's shims; if MPI_Pack is the library's own, every
+    // "shunt" figure would silently be the library's.
+    void* const shim_pack = reinterpret_cast<void*>(&MPI_Pack);
+    void* const shim_unpack = reinterpret_cast<void*>(&MPI_Unpack);
+    void* const real_pack = reinterpret_cast<void*>(&PMPI_Pack);
+    void* const real_unpack = reinterpret_cast<void*>(&PMPI_Unpack);
+    if (shim_pack == real_pack || shim_unpack == real_unpack || object_of(shim_pack) == object_of(real_pack)) {
+        std::fprintf(stderr,
+                     "bench-pack: MPI_Pack/MPI_Unpack resolve to the MPI library (%s), not to shunt's shims, so the\n"
+                     "shunt column would measure the library. Build bench-pack linked with libshunt (as bench/\n"
+                     "meson.build does) or run it with LD_PRELOAD=libshunt.so.\n",
+                     object_of(real_pack).c_str());
+        return 1;
+    }
+
+    MPI_Init(&argc, &argv);
+    int rank = 0, ranks = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    int rc = 0;
+    if (rank == 0) {
+        try {
+            table out({{"op", 6, "op", true},
+                       {"family", 7, "family", true},
+                       {"block", 5, "block_bytes"},
+                       {"stride", 6, "stride_bytes"},
+                       {"object", 6, "object_bytes"},
+                       {"lib GB/s", 8, "library_gbs"},
+                       {"shunt GB/s", 10, "shunt_gbs"},
+                       {"shunt/lib", 9, "shunt_over_library"},
+                       {"memcpy GB/s", 11, "memcpy_gbs"},
+                       {"shunt/memcpy", 12, "shunt_over_memcpy"}},
+                      o);
+            char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+            int len = 0;
+            MPI_Get_library_version(version, &len);
+            std::string v(version, static_cast<std::size_t>(len));
+            v = v.substr(0, v.find_first_of("\r\n"));
+            out.note("bench-pack: library = " + v);
+            out.note("library = PMPI_Pack/PMPI_Unpack in " + object_of(real_pack));
+            out.note("shunt   = MPI_Pack/MPI_Unpack in " + object_of(shim_pack));
+            out.note("best of up to " + std::to_string(o.trials) + " interleaved trials per variant" +
+                     (ranks > 1 ? "; ranks other than 0 stay idle" : ""));
+            for (const auto& name : too_big)
+                if (o.selected("pack/" + name) || o.selected("unpack/" + name))
+                    out.note("skipped " + name + ": buffer above --max-footprint " + format_bytes(s.max_footprint));
+            for (const auto& c : cases) {
+                if (!o.selected("pack/" + c.name) && !o.selected("unpack/" + c.name)) continue;
+                MPI_Datatype type = c.make();
+                try {
+                    run_case(c, type, out, o);
+                } catch (...) {
+                    MPI_Type_free(&type);
+                    throw;
+                }
+                MPI_Type_free(&type);
+            }
+        } catch (const std::bad_alloc&) {
+            std::fprintf(stderr, "bench-pack: out of memory (try smaller --sizes or --cubes)\n");
+            rc = 1;
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "bench-pack: %s\n", e.what());
+            rc = 1;
+        }
+    }
+    if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);
+    // Idle ranks sleep instead of spinning in MPI_Barrier, which would take cores from rank 0.
+    // (A nonblocking barrier matches only nonblocking barriers, so rank 0 uses one too.)
+    MPI_Request done_req;
+    MPI_Ibarrier(MPI_COMM_WORLD, &done_req);
+    for (int done = 0; MPI_Test(&done_req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done;) {
+        const timespec pause{0, 1000000};
+        nanosleep(&pause, nullptr);
+    }
+    MPI_Finalize();
+    return 0;
+}
