@@ -131,10 +131,25 @@ inline void rows_fixed(std::byte* typed, std::byte* packed, std::int64_t stride,
     }
 }
 
+/// Copies n >= 64 bytes as 64-byte chunks and one overlapping 64-byte tail: inline moves,
+/// cheaper than a library call for the block lengths of typical layouts.
+inline void copy_chunks(std::byte* dst, const std::byte* src, std::int64_t n) {
+    std::int64_t i = 0;
+    for (; i + 64 <= n; i += 64) std::memcpy(dst + i, src + i, 64);
+    if (i < n) std::memcpy(dst + n - 64, src + n - 64, 64);
+}
+
 template <bool Pack>
 inline void rows_any(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
     if (len <= 16) {
         for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) move_block<Pack>(typed, packed, len);
+    } else if (len >= 64 && len <= 4096) {
+        for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
+            if constexpr (Pack)
+                copy_chunks(packed, typed, len);
+            else
+                copy_chunks(typed, packed, len);
+        }
     } else {
         for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
             if constexpr (Pack)
@@ -163,6 +178,7 @@ inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::
         case 48: return rows_fixed<Pack, 48>(typed, packed, stride, n);
         case 64: return rows_fixed<Pack, 64>(typed, packed, stride, n);
         case 128: return rows_fixed<Pack, 128>(typed, packed, stride, n);
+        case 256: return rows_fixed<Pack, 256>(typed, packed, stride, n);
         default: return rows_any<Pack>(typed, packed, stride, n, len);
     }
 }
