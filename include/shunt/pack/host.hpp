@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace shunt {
@@ -160,10 +161,45 @@ inline void rows_any(std::byte* typed, std::byte* packed, std::int64_t stride, s
     }
 }
 
+/// n rows of L bytes exactly S bytes apart: with both known at compile time the compiler
+/// vectorises the gather (or scatter) of tiny blocks instead of moving them one by one.
+template <bool Pack, std::int64_t L, std::int64_t S>
+inline void rows_const(std::byte* typed, std::byte* packed, std::int64_t n) {
+    using word = std::conditional_t<L == 1, std::uint8_t, std::conditional_t<L == 2, std::uint16_t,
+                                    std::conditional_t<L == 4, std::uint32_t, std::uint64_t>>>;
+    constexpr std::int64_t step = S / L;
+    if constexpr (Pack) {
+        word* __restrict out = reinterpret_cast<word*>(packed);
+        const word* __restrict in = reinterpret_cast<const word*>(typed);
+        for (std::int64_t i = 0; i < n; ++i) out[i] = in[i * step];
+    } else {
+        word* __restrict out = reinterpret_cast<word*>(typed);
+        const word* __restrict in = reinterpret_cast<const word*>(packed);
+        for (std::int64_t i = 0; i < n; ++i) out[i * step] = in[i];
+    }
+}
+
+/// Tiny blocks at two or four times their length, when both buffers are aligned to the block.
+template <bool Pack, std::int64_t L>
+inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
+    if ((reinterpret_cast<std::uintptr_t>(typed) | reinterpret_cast<std::uintptr_t>(packed)) % L != 0) return false;
+    if (stride == 2 * L) return rows_const<Pack, L, 2 * L>(typed, packed, n), true;
+    if (stride == 4 * L) return rows_const<Pack, L, 4 * L>(typed, packed, n), true;
+    return false;
+}
+
 /// n strided rows of one block length: the hot loop of 2-D and N-D layouts, dispatched to a
 /// loop whose copy the compiler turns into plain moves.
 template <bool Pack>
 inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+    if (n >= 16) {
+        switch (len) {
+            case 1: if (rows_tiny<Pack, 1>(typed, packed, stride, n)) return; break;
+            case 2: if (rows_tiny<Pack, 2>(typed, packed, stride, n)) return; break;
+            case 4: if (rows_tiny<Pack, 4>(typed, packed, stride, n)) return; break;
+            default: break;
+        }
+    }
     switch (len) {
         case 1: return rows_fixed<Pack, 1>(typed, packed, stride, n);
         case 2: return rows_fixed<Pack, 2>(typed, packed, stride, n);
