@@ -1,0 +1,66 @@
+// shunt/collectives/bcast.hpp: hierarchical broadcast (scatter inside the root's group, then allgather over the levels).
+#pragma once
+
+#include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/schedule.hpp>
+#include <shunt/collectives/transport.hpp>
+#include <shunt/errors.hpp>
+#include <shunt/topology/hierarchy.hpp>
+#include <shunt/topology/topology.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace shunt {
+
+/// Broadcast of `bytes` bytes at `buf` from rank `root` to every rank.
+///
+/// Contract across ranks: every rank of t's group calls it, in the same order relative to
+/// other collectives on t, with the same root, bytes, hierarchy and options; blocking.
+/// Schedule: up to opt.bcast_tree_bytes, binomial trees level by level (the root's
+/// representatives cross each level once). Above, the root scatters the message over its
+/// outermost group (e.g. its node), each part crosses the outer level once to its owner's
+/// representatives, and every group allgathers the parts inward, so each rank and link
+/// carries about one copy.
+template <transport T>
+void bcast(T& t, const hierarchy& h, void* buf, std::int64_t bytes, int root, const collective_options& opt = {}) {
+    detail::check_hierarchy(t, h);
+    if (bytes <= 0 || t.size() == 1) return;
+    const int p = t.size(), me = t.rank();
+    auto* data = static_cast<std::byte*>(buf);
+    std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
+    if (bytes <= opt.bcast_tree_bytes) {
+        own[static_cast<std::size_t>(root)] = {0, bytes};
+    } else {
+        // The root's group at the outermost described level (the whole group without levels).
+        const int k = h.levels() > 0 ? h.levels() - 1 : 0;
+        const auto group = h.members(k, h.group_of(k, root));
+        const auto parts = static_cast<std::int64_t>(group.size());
+        for (std::int64_t i = 0; i < parts; ++i)
+            own[static_cast<std::size_t>(group[static_cast<std::size_t>(i)])] = detail::balanced_part(bytes, parts, i);
+        if (me == root) {
+            std::vector<send_message> sends;
+            for (int r : group)
+                if (r != root) sends.push_back({r, data + own[static_cast<std::size_t>(r)].offset, own[static_cast<std::size_t>(r)].count});
+            t.exchange(sends, {});
+        } else if (own[static_cast<std::size_t>(me)].count > 0) {
+            t.recv(root, data + own[static_cast<std::size_t>(me)].offset, own[static_cast<std::size_t>(me)].count);
+        }
+    }
+    detail::hierarchical_allgather(t, h, data, 1, own, opt.flat, opt);
+}
+
+/// MPI form on a communicator's topology: like MPI_Bcast. Throws shunt::unsupported for types
+/// whose data is not dense, negative counts and roots out of range.
+inline void bcast(const topology& topo, void* buf, std::int64_t count, MPI_Datatype type, int root,
+                  const collective_options& opt = {}) {
+    if (count < 0) throw unsupported("bcast: negative count");
+    if (root < 0 || root >= topo.size()) throw unsupported("bcast: root out of range");
+    const std::int64_t es = detail::dense_size(type);
+    if (es <= 0) throw unsupported("bcast: datatype is not a dense element type");
+    mpi_transport t(topo.comm());
+    bcast(t, topo.groups(), buf, count * es, root, opt);
+}
+
+}  // namespace shunt

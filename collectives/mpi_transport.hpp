@@ -1,0 +1,117 @@
+// shunt/collectives/mpi_transport.hpp: the transport over an MPI communicator (PMPI point-to-point, host memory).
+#pragma once
+
+#include <shunt/collectives/reduction.hpp>
+#include <shunt/collectives/transport.hpp>
+#include <shunt/errors.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace shunt {
+
+/// An owning, uninitialised host buffer.
+class host_buffer {
+public:
+    explicit host_buffer(std::int64_t bytes)
+        : data_(bytes > 0 ? new std::byte[static_cast<std::size_t>(bytes)] : nullptr), size_(bytes > 0 ? bytes : 0) {}
+    std::byte* data() const { return data_.get(); }
+    std::int64_t size() const { return size_; }
+
+private:
+    std::unique_ptr<std::byte[]> data_;
+    std::int64_t size_;
+};
+
+/// The transport over all ranks of an MPI communicator, with shunt's own PMPI calls only. Use
+/// a communicator private to shunt (topology::comm()) so its messages never meet the
+/// application's. Messages larger than 1 GiB are sent in pieces; zero-byte messages are not
+/// sent. MPI errors throw shunt::mpi_error.
+class mpi_transport {
+public:
+    using reduction_type = mpi_reduction;
+    /// The tag of all messages; one collective at a time runs on a communicator.
+    static constexpr int default_tag = 0x5a7;
+    static constexpr std::int64_t max_piece = std::int64_t{1} << 30;
+
+    explicit mpi_transport(MPI_Comm comm, int tag = default_tag) : comm_(comm), tag_(tag) {
+        SHUNT_CHECK_MPI(PMPI_Comm_size(comm, &size_));
+        SHUNT_CHECK_MPI(PMPI_Comm_rank(comm, &rank_));
+    }
+
+    int size() const { return size_; }
+    int rank() const { return rank_; }
+    MPI_Comm comm() const { return comm_; }
+
+    void send(int peer, const void* data, std::int64_t bytes) {
+        const auto* p = static_cast<const std::byte*>(data);
+        for (std::int64_t off = 0; off < bytes; off += max_piece)
+            SHUNT_CHECK_MPI(PMPI_Send(p + off, piece(bytes - off), MPI_BYTE, peer, tag_, comm_));
+    }
+    void recv(int peer, void* data, std::int64_t bytes) {
+        auto* p = static_cast<std::byte*>(data);
+        for (std::int64_t off = 0; off < bytes; off += max_piece)
+            SHUNT_CHECK_MPI(PMPI_Recv(p + off, piece(bytes - off), MPI_BYTE, peer, tag_, comm_, MPI_STATUS_IGNORE));
+    }
+    void sendrecv(int dst, const void* sdata, std::int64_t sbytes, int src, void* rdata, std::int64_t rbytes) {
+        if (sbytes > 0 && rbytes > 0 && sbytes <= max_piece && rbytes <= max_piece) {
+            SHUNT_CHECK_MPI(PMPI_Sendrecv(sdata, static_cast<int>(sbytes), MPI_BYTE, dst, tag_, rdata,
+                                          static_cast<int>(rbytes), MPI_BYTE, src, tag_, comm_, MPI_STATUS_IGNORE));
+            return;
+        }
+        send_message s{dst, sdata, sbytes};
+        recv_message r{src, rdata, rbytes};
+        exchange(std::span<const send_message>(&s, 1), std::span<const recv_message>(&r, 1));
+    }
+    void exchange(std::span<const send_message> sends, std::span<const recv_message> recvs) {
+        std::vector<MPI_Request> reqs;
+        reqs.reserve(sends.size() + recvs.size());
+        auto wait = [&](int rc, const char* call) {
+            if (rc == MPI_SUCCESS) return;
+            // Complete what was posted before reporting, so no request outlives its buffer.
+            for (auto& q : reqs) {
+                if (q == MPI_REQUEST_NULL) continue;
+                PMPI_Cancel(&q);
+                PMPI_Wait(&q, MPI_STATUS_IGNORE);
+            }
+            detail::throw_mpi(rc, call, __FILE__, __LINE__);
+        };
+        for (const auto& m : recvs) {
+            auto* p = static_cast<std::byte*>(m.data);
+            for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
+                reqs.push_back(MPI_REQUEST_NULL);
+                wait(PMPI_Irecv(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()), "PMPI_Irecv");
+            }
+        }
+        for (const auto& m : sends) {
+            const auto* p = static_cast<const std::byte*>(m.data);
+            for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
+                reqs.push_back(MPI_REQUEST_NULL);
+                wait(PMPI_Isend(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()), "PMPI_Isend");
+            }
+        }
+        if (reqs.empty()) return;
+        wait(PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "PMPI_Waitall");
+    }
+    void reduce(const mpi_reduction& red, const void* in, void* inout, std::int64_t count) { red.apply(in, inout, count); }
+    void copy(void* dst, const void* src, std::int64_t bytes) {
+        if (bytes > 0 && dst != src) std::memmove(dst, src, static_cast<std::size_t>(bytes));
+    }
+    host_buffer scratch(std::int64_t bytes) { return host_buffer(bytes); }
+
+private:
+    static int piece(std::int64_t left) { return static_cast<int>(left < max_piece ? left : max_piece); }
+
+    MPI_Comm comm_;
+    int tag_;
+    int size_ = 0, rank_ = 0;
+};
+
+static_assert(transport<mpi_transport>);
+static_assert(transport<group_view<mpi_transport>>);
+
+}  // namespace shunt

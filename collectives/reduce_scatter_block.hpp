@@ -1,0 +1,58 @@
+// shunt/collectives/reduce_scatter_block.hpp: hierarchical reduce-scatter with equal blocks (MPI_Reduce_scatter_block).
+#pragma once
+
+#include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/schedule.hpp>
+#include <shunt/collectives/transport.hpp>
+#include <shunt/topology/hierarchy.hpp>
+#include <shunt/topology/topology.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace shunt {
+
+/// Reduce-scatter with blocks of `count` elements: rank i ends with block i of the reduction
+/// of all ranks' size()*count elements.
+///
+/// Contract across ranks: every rank of t's group calls it, in the same order relative to
+/// other collectives on t, with the same count, reduction, hierarchy and options; blocking.
+/// sendbuf == recvbuf means in place (the input is read from recvbuf, size()*count elements,
+/// and the result is left in its first count elements; the rest is clobbered). Otherwise
+/// recvbuf receives count elements. The reduction must be commutative. Schedule: each block
+/// goes up the hierarchy through the representatives of its owner, reduced at each level over
+/// a larger group, so the outer levels carry only the blocks of other groups. Deterministic.
+template <transport T>
+void reduce_scatter_block(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::int64_t count,
+                          const typename T::reduction_type& red, const collective_options& opt = {}) {
+    detail::check_hierarchy(t, h);
+    if (count <= 0) return;
+    const std::int64_t es = red.element_size();
+    const int p = t.size(), me = t.rank();
+    const std::int64_t n = count * p;
+    std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
+    for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r * count, count};
+    auto* out = static_cast<std::byte*>(recvbuf);
+    if (sendbuf == recvbuf) {
+        detail::hierarchical_reduce_scatter(t, h, out, own, red, opt.flat);
+        t.copy(out, out + me * count * es, count * es);
+        return;
+    }
+    auto work = t.scratch(n * es);
+    t.copy(work.data(), sendbuf, n * es);
+    detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
+    t.copy(out, work.data() + me * count * es, count * es);
+}
+
+/// MPI form on a communicator's topology: like MPI_Reduce_scatter_block (sendbuf may be
+/// MPI_IN_PLACE). Throws shunt::unsupported for what it leaves to the library.
+inline void reduce_scatter_block(const topology& topo, const void* sendbuf, void* recvbuf, std::int64_t count,
+                                 MPI_Datatype type, MPI_Op op, const collective_options& opt = {}) {
+    if (count < 0) throw unsupported("reduce_scatter_block: negative count");
+    mpi_reduction red(type, op);
+    mpi_transport t(topo.comm());
+    reduce_scatter_block(t, topo.groups(), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, opt);
+}
+
+}  // namespace shunt

@@ -1,0 +1,225 @@
+// tests/mpi/collectives/test_topology.cpp: topology descriptions, discovery, per-level communicators and their caching.
+#include "mpi_test_main.hpp"
+
+#include <shunt/topology/topology.hpp>
+
+#include <set>
+
+int main(int argc, char** argv) { return run_mpi_doctest(argc, argv); }
+
+namespace {
+
+int world_rank() {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+int world_size() {
+    int n = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+/// The world ranks of the members of `comm`, in its rank order.
+std::vector<int> world_ranks_of(MPI_Comm comm) {
+    MPI_Group g, w;
+    MPI_Comm_group(comm, &g);
+    MPI_Comm_group(MPI_COMM_WORLD, &w);
+    int n = 0;
+    MPI_Group_size(g, &n);
+    std::vector<int> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) in[static_cast<std::size_t>(i)] = i;
+    MPI_Group_translate_ranks(g, n, in.data(), w, out.data());
+    MPI_Group_free(&g);
+    MPI_Group_free(&w);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("descriptions parse, print back, and say what is wrong") {
+    using shunt::parse_topology_spec;
+    CHECK(shunt::to_string(parse_topology_spec("")) == "package=auto;node=auto");
+    for (const char* s : {"node=2", "package=1;node=2;switch=4", "node=3,1", "node=[0,1,0,1]", "node=auto;switch={a,b|c*,d}",
+                          "numa=auto;node=auto"})
+        CHECK(shunt::to_string(parse_topology_spec(s)) == s);
+    CHECK(shunt::to_string(parse_topology_spec(" node = 2 ; switch = [ 0 , 0 ] ")) == "node=2;switch=[0,0]");
+    for (const char* bad : {"node", "node=", "node=0", "node=2;", "node=2;node=4", "node=[1,", "node=[-1]", "switch=auto",
+                            "node={}", "node=2 x", "9node=2", "node=99999999999", "node=abc"}) {
+        CAPTURE(bad);
+        CHECK_THROWS_AS(parse_topology_spec(bad), shunt::error);
+    }
+    try {
+        parse_topology_spec("node=2;rack=auto");
+    } catch (const shunt::error& e) {
+        CHECK(std::string(e.what()).find("'auto' is known for levels node, package and numa only") != std::string::npos);
+    }
+}
+
+TEST_CASE("rank and host labels") {
+    auto s = shunt::parse_topology_spec("node=3,1");
+    std::vector<std::int64_t> got;
+    for (int r = 0; r < 8; ++r) got.push_back(shunt::rank_label(s.levels[0], r, 8));
+    CHECK(got == std::vector<std::int64_t>{0, 0, 0, 1, 2, 2, 2, 3});
+    auto l = shunt::parse_topology_spec("node=[4,4,7]");
+    CHECK(shunt::rank_label(l.levels[0], 2, 3) == 7);
+    CHECK_THROWS_AS(shunt::rank_label(l.levels[0], 2, 4), shunt::error);
+    auto h = shunt::parse_topology_spec("switch={nid001,nid002|nid1*}");
+    CHECK(shunt::host_label(h.levels[0], "nid002") == 0);
+    CHECK(shunt::host_label(h.levels[0], "nid1234") == 1);
+    CHECK(shunt::host_label(h.levels[0], "nid003") == -1);
+    CHECK(shunt::host_label(h.levels[0], "nid00") == -1);
+}
+
+TEST_CASE("virtual levels: group and peer communicators hold the right world ranks") {
+    const int w = world_size(), me = world_rank();
+    MPI_Comm rev;
+    MPI_Comm_split(MPI_COMM_WORLD, 0, w - me, &rev);  // a non-block placement of the same ranks
+    for (MPI_Comm comm : {MPI_COMM_WORLD, rev}) {
+        shunt::topology topo(comm, shunt::parse_topology_spec("node=2"));
+        const auto& h = topo.groups();
+        if (w <= 2) {
+            CHECK(h.levels() == 0);  // one node: the level is trivial and dropped
+            CHECK(topo.notes().size() == 1u);
+            continue;
+        }
+        REQUIRE(h.levels() == 1);
+        CHECK(h.groups(0) == (w + 1) / 2);
+        auto group = world_ranks_of(topo.levels()[0].group);
+        for (int r : group) CHECK(r / 2 == me / 2);
+        CHECK(group.size() == static_cast<std::size_t>(std::min(2, w - me / 2 * 2)));
+        if (group.size() > 1) CHECK(std::is_sorted(group.begin(), group.end()) == (comm == MPI_COMM_WORLD));
+        // peers: same position in each node; position follows the communicator's rank order
+        auto peers = world_ranks_of(topo.levels()[0].peers);
+        std::set<int> nodes;
+        for (int r : peers) nodes.insert(r / 2);
+        CHECK(nodes.size() == peers.size());
+        int my_rank = 0;
+        MPI_Comm_rank(comm, &my_rank);
+        for (int r = 0; r < topo.size(); ++r)
+            if (h.position(0, r) == h.position(0, my_rank))
+                CHECK(std::count(peers.begin(), peers.end(), world_ranks_of(comm)[static_cast<std::size_t>(r)]) == 1);
+        int gsize = 0;
+        MPI_Comm_size(topo.levels()[0].group, &gsize);
+        CHECK(gsize == static_cast<int>(h.members(0, h.group_of(0, my_rank)).size()));
+        int cmp = MPI_UNEQUAL;
+        MPI_Comm_compare(topo.comm(), comm, &cmp);
+        CHECK(cmp == MPI_CONGRUENT);  // a private duplicate
+    }
+    MPI_Comm_free(&rev);
+}
+
+TEST_CASE("uneven, non-block and multi-level descriptions on sub-communicators") {
+    const int w = world_size(), me = world_rank();
+    MPI_Comm odd;  // the odd world ranks, or everyone at one rank
+    MPI_Comm_split(MPI_COMM_WORLD, w > 1 ? me % 2 : 0, me, &odd);
+    std::string lonely = "node=[";
+    for (int r = 0; r < w; ++r) {
+        if (r) lonely += ',';
+        lonely += std::to_string(r == 1 ? 1 : 0);
+    }
+    lonely += "]";
+    for (const auto& spec : test_specs(w)) {
+        CAPTURE(spec);
+        for (MPI_Comm comm : {MPI_COMM_WORLD, odd}) {
+            shunt::topology topo(comm, shunt::parse_topology_spec(spec));
+            const auto& h = topo.groups();
+            CHECK(h.size() == topo.size());
+            for (int k = 0; k < h.levels(); ++k) CHECK_FALSE(h.trivial(k));
+            // Every level's group communicator matches the tables.
+            for (int k = 0; k < h.levels(); ++k) {
+                int n = 0;
+                MPI_Comm_size(topo.levels()[static_cast<std::size_t>(k)].group, &n);
+                CHECK(n == static_cast<int>(h.members(k, h.group_of(k, topo.rank())).size()));
+            }
+        }
+    }
+    if (w == 4) {
+        shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec(lonely));
+        REQUIRE(topo.groups().levels() == 1);
+        CHECK_FALSE(topo.groups().regular());
+        CHECK(topo.groups().members(0, 1).size() == 1u);
+        CHECK(topo.groups().members(0, 1)[0] == 1);
+        shunt::topology two(MPI_COMM_WORLD, shunt::parse_topology_spec("node=2,1;switch=3"));
+        CHECK(two.groups().levels() == 2);  // {0,1},{2},{3} inside {0,1,2},{3}
+        CHECK(two.describe().find("node: 3 groups of 2+1+1 ranks") != std::string::npos);
+    }
+    if (w == 6) {
+        shunt::topology two(MPI_COMM_WORLD, shunt::parse_topology_spec("node=2,1;switch=3"));
+        const auto& h = two.groups();
+        REQUIRE(h.levels() == 2);  // nodes {0,1},{2},{3,4},{5} inside switches {0,1,2},{3,4,5}
+        CHECK(h.groups(0) == 4);
+        CHECK(h.groups(1) == 2);
+        CHECK(h.subgroups(1, 1).size() == 2u);
+        CHECK(h.members(0, h.subgroups(1, 1)[0]).size() == 2u);
+        CHECK_FALSE(h.regular());
+    }
+    MPI_Comm_free(&odd);
+}
+
+TEST_CASE("errors in a description are raised on every rank alike") {
+    const int w = world_size();
+    // labels for the wrong number of ranks
+    CHECK_THROWS_AS(shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=[0]" + std::string(w == 1 ? ",0" : ""))),
+                    shunt::error);
+    // groups that do not nest (only visible with more than one group)
+    if (w >= 2) CHECK_THROWS_AS(shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=2;package=1")), shunt::error);
+    // a host nobody matches
+    CHECK_THROWS_AS(shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=auto;switch={no-such-host-shunt}")),
+                    shunt::error);
+    // and the communicator is still fine afterwards
+    int one = 1, sum = 0;
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(sum == w);
+}
+
+TEST_CASE("discovered levels: one machine is one node") {
+    char host[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    MPI_Get_processor_name(host, &len);
+    shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("node=auto;switch={" + std::string(host, static_cast<std::size_t>(len)) + "}"));
+    CHECK(topo.groups().levels() == 0);
+    CHECK(topo.describe().find("all: ") != std::string::npos);
+    shunt::topology dflt(MPI_COMM_WORLD, shunt::parse_topology_spec(""));
+    CHECK(dflt.groups().levels() == 0);
+    CHECK(dflt.notes().size() == 2u);  // package (unbound, or one package) and node: why each went
+}
+
+TEST_CASE("inter-communicators are left to the library") {
+    const int w = world_size(), me = world_rank();
+    if (w < 2) return;
+    MPI_Comm local, inter;
+    MPI_Comm_split(MPI_COMM_WORLD, me % 2, me, &local);
+    MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, me % 2 ? 0 : 1, 42, &inter);
+    CHECK_THROWS_AS(shunt::topology(inter, shunt::parse_topology_spec("node=1")), shunt::unsupported);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&local);
+}
+
+TEST_CASE("topology::of builds once per communicator, rebuilds for a new description, frees with the communicator") {
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    const int live = shunt::topology::live();
+    const shunt::topology& a = shunt::topology::of(dup, "node=2");
+    const shunt::topology& b = shunt::topology::of(dup, "node=2");
+    CHECK(&a == &b);
+    CHECK(shunt::topology::live() == live + 1);
+    MPI_Comm inner = a.comm();
+    int cmp = MPI_UNEQUAL;
+    MPI_Comm_compare(inner, dup, &cmp);
+    CHECK(cmp == MPI_CONGRUENT);
+    const shunt::topology& c = shunt::topology::of(dup, "node=1");
+    CHECK(c.spec() == "node=1");
+    CHECK(shunt::topology::live() == live + 1);  // the old one was deleted
+    MPI_Comm dup2;
+    MPI_Comm_dup(dup, &dup2);  // attributes are not copied: dup2 gets its own
+    const shunt::topology& d = shunt::topology::of(dup2, "node=1");
+    CHECK(&d != &c);
+    CHECK(shunt::topology::live() == live + 2);
+    MPI_Comm_free(&dup2);
+    MPI_Comm_free(&dup);
+    CHECK(shunt::topology::live() == live);
+    // world keeps one until MPI_Finalize, which must release it cleanly
+    shunt::topology::of(MPI_COMM_WORLD, "node=2");
+    CHECK(shunt::topology::live() == live + 1);
+}
