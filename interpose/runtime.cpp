@@ -297,6 +297,58 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
     return pass_reason::internal;
 }
 
+template <class Pass, class Probe, class Move>
+int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t room, int* position, MPI_Comm comm,
+                      Pass pass, Probe probe, Move move) noexcept {
+    const shim s = d == direction::pack ? shim::pack : shim::unpack;
+    const char* name = shim_names[static_cast<std::size_t>(s)];
+    if (cfg_.pack == pack_choice::library) return pass(pass_reason::forced);
+    if (!always_valid(comm)) {
+        // Zero elements: the library checks the communicator and the datatype exactly as for the
+        // real call (the count-dependent checks are done by the caller and below) and moves nothing.
+        const int rc = probe();
+        if (rc != MPI_SUCCESS) {
+            count_pass(d, pass_reason::rejected);
+            return rc;
+        }
+    }
+    const type_info* info = nullptr;
+    std::int64_t bytes = 0;
+    plan_decision plan;
+    const pass_reason why = prepare(d, type, count, room, info, bytes, plan);
+    if (why == pass_reason::planned && sample_now()) {  // the library's time refines the model too
+        const double t0 = detail::now_s();
+        const int rc = pass(why);
+        if (rc == MPI_SUCCESS) observe(true, d, plan, detail::now_s() - t0);
+        return rc;
+    }
+    if (why != pass_reason::none) return pass(why);
+    if (bytes > 0) {
+        try {
+            const bool timed = plan.count > 0 && sample_now();
+            const double t0 = timed ? detail::now_s() : 0;
+            const std::int64_t done = move(*info);
+            if (timed) observe(false, d, plan, detail::now_s() - t0);
+            if (done != bytes)
+                throw error(std::string(name) + " moved " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes");
+        } catch (const unsupported& e) {
+            log_debug(log_category::pack, "%s: %s; left to the library", name, e.what());
+            return pass(pass_reason::too_large);
+        } catch (const std::exception& e) {
+            internal_failure(s, e.what());
+            return pass(pass_reason::internal);  // the library moves the same bytes again
+        } catch (...) {
+            internal_failure(s, "unknown exception");
+            return pass(pass_reason::internal);
+        }
+    }
+    *position += static_cast<int>(bytes);
+    count_done(d, bytes);
+    if (cfg_.log.enabled(log_level::trace, log_category::pack))  // not formatting the handle on every call
+        log_trace(log_category::pack, "%s %d x %s: %" PRId64 " bytes by shunt", name, count, handle_text(type).c_str(), bytes);
+    return MPI_SUCCESS;
+}
+
 int runtime::pack(const void* inbuf, int incount, MPI_Datatype type, void* outbuf, int outsize, int* position,
                   MPI_Comm comm) noexcept {
     count(shim::pack);
@@ -309,53 +361,15 @@ int runtime::pack(const void* inbuf, int incount, MPI_Datatype type, void* outbu
     // absolute addresses, MPICH 4.0 rejects it for any type.
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || incount < 0 || outsize < 0 || *position < 0)
         return pass(pass_reason::bad_argument);
-    if (cfg_.pack == pack_choice::library) return pass(pass_reason::forced);
-    if (!always_valid(comm)) {
-        // Zero elements: the library checks the communicator and the datatype exactly as for the
-        // real call (the count-dependent checks are done above and below) and writes nothing.
-        int probe = *position;
-        const int rc = PMPI_Pack(inbuf, 0, type, outbuf, outsize, &probe, comm);
-        if (rc != MPI_SUCCESS) {
-            count_pass(direction::pack, pass_reason::rejected);
-            return rc;
-        }
-    }
-    const type_info* info = nullptr;
-    std::int64_t bytes = 0;
-    plan_decision plan;
-    const pass_reason why = prepare(direction::pack, type, incount, std::int64_t{outsize} - *position, info, bytes, plan);
-    if (why == pass_reason::planned && sample_now()) {
-        const double t0 = detail::now_s();
-        const int rc = pass(why);
-        if (rc == MPI_SUCCESS) observe(true, direction::pack, plan, detail::now_s() - t0);
-        return rc;
-    }
-    if (why != pass_reason::none) return pass(why);
-    if (bytes > 0) {
-        try {
-            const bool timed = plan.count > 0 && sample_now();
-            const double t0 = timed ? detail::now_s() : 0;
-            const std::int64_t done =
-                pack_host(info->form, info->extent, incount, inbuf, static_cast<char*>(outbuf) + *position);
-            if (timed) observe(false, direction::pack, plan, detail::now_s() - t0);
-            if (done != bytes) throw error("packer wrote " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes");
-        } catch (const unsupported& e) {
-            log_debug(log_category::pack, "MPI_Pack: %s; left to the library", e.what());
-            return pass(pass_reason::too_large);
-        } catch (const std::exception& e) {
-            internal_failure(shim::pack, e.what());
-            return pass(pass_reason::internal);  // the library rewrites the same bytes
-        } catch (...) {
-            internal_failure(shim::pack, "unknown exception");
-            return pass(pass_reason::internal);
-        }
-    }
-    *position += static_cast<int>(bytes);
-    count_done(direction::pack, bytes);
-    if (cfg_.log.enabled(log_level::trace, log_category::pack))  // not formatting the handle on every call
-        log_trace(log_category::pack, "MPI_Pack %d x %s: %" PRId64 " bytes by shunt", incount, handle_text(type).c_str(),
-                  bytes);
-    return MPI_SUCCESS;
+    return transfer(
+        direction::pack, type, incount, std::int64_t{outsize} - *position, position, comm, pass,
+        [&] {
+            int probe = *position;
+            return PMPI_Pack(inbuf, 0, type, outbuf, outsize, &probe, comm);
+        },
+        [&](const type_info& t) {
+            return pack_host(t.form, t.extent, incount, inbuf, static_cast<char*>(outbuf) + *position);
+        });
 }
 
 int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, int outcount, MPI_Datatype type,
@@ -368,51 +382,15 @@ int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, 
     if (!running()) return pass(pass_reason::not_running);
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || insize < 0 || outcount < 0 || *position < 0)
         return pass(pass_reason::bad_argument);  // MPI_BOTTOM as outbuf too: see pack()
-    if (cfg_.pack == pack_choice::library) return pass(pass_reason::forced);
-    if (!always_valid(comm)) {
-        int probe = *position;
-        const int rc = PMPI_Unpack(inbuf, insize, &probe, outbuf, 0, type, comm);
-        if (rc != MPI_SUCCESS) {
-            count_pass(direction::unpack, pass_reason::rejected);
-            return rc;
-        }
-    }
-    const type_info* info = nullptr;
-    std::int64_t bytes = 0;
-    plan_decision plan;
-    const pass_reason why = prepare(direction::unpack, type, outcount, std::int64_t{insize} - *position, info, bytes, plan);
-    if (why == pass_reason::planned && sample_now()) {
-        const double t0 = detail::now_s();
-        const int rc = pass(why);
-        if (rc == MPI_SUCCESS) observe(true, direction::unpack, plan, detail::now_s() - t0);
-        return rc;
-    }
-    if (why != pass_reason::none) return pass(why);
-    if (bytes > 0) {
-        try {
-            const bool timed = plan.count > 0 && sample_now();
-            const double t0 = timed ? detail::now_s() : 0;
-            const std::int64_t done =
-                unpack_host(info->form, info->extent, outcount, static_cast<const char*>(inbuf) + *position, outbuf);
-            if (timed) observe(false, direction::unpack, plan, detail::now_s() - t0);
-            if (done != bytes) throw error("unpacker read " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes");
-        } catch (const unsupported& e) {
-            log_debug(log_category::pack, "MPI_Unpack: %s; left to the library", e.what());
-            return pass(pass_reason::too_large);
-        } catch (const std::exception& e) {
-            internal_failure(shim::unpack, e.what());
-            return pass(pass_reason::internal);  // the library rewrites the same bytes
-        } catch (...) {
-            internal_failure(shim::unpack, "unknown exception");
-            return pass(pass_reason::internal);
-        }
-    }
-    *position += static_cast<int>(bytes);
-    count_done(direction::unpack, bytes);
-    if (cfg_.log.enabled(log_level::trace, log_category::pack))
-        log_trace(log_category::pack, "MPI_Unpack %d x %s: %" PRId64 " bytes by shunt", outcount, handle_text(type).c_str(),
-                  bytes);
-    return MPI_SUCCESS;
+    return transfer(
+        direction::unpack, type, outcount, std::int64_t{insize} - *position, position, comm, pass,
+        [&] {
+            int probe = *position;
+            return PMPI_Unpack(inbuf, insize, &probe, outbuf, 0, type, comm);
+        },
+        [&](const type_info& t) {
+            return unpack_host(t.form, t.extent, outcount, static_cast<const char*>(inbuf) + *position, outbuf);
+        });
 }
 
 }  // namespace shunt::detail

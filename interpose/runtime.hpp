@@ -70,6 +70,11 @@ private:
     void started(int thread_level) noexcept;
     pass_reason prepare(direction d, MPI_Datatype type, int count, std::int64_t room, const type_info*& info,
                         std::int64_t& bytes, plan_decision& plan) noexcept;
+    /// The part of MPI_Pack and MPI_Unpack after the argument checks: forced choice, the
+    /// communicator probe, the plan, shunt's move or the library, counting and position.
+    template <class Pass, class Probe, class Move>
+    int transfer(direction d, MPI_Datatype type, int count, std::int64_t room, int* position, MPI_Comm comm,
+                 Pass pass, Probe probe, Move move) noexcept;
     void internal_failure(shim s, const char* what) noexcept;
     void log_type(MPI_Datatype type, const char* event) noexcept;
     void report() noexcept;
