@@ -51,13 +51,6 @@ const char* thread_level_name(int level) {
     }
 }
 
-/// SHUNT_PACK as the planner's override: its words ("auto", "library", "host") are the planner's.
-plan_overrides pack_overrides(pack_choice choice) {
-    for (const auto& [name, value] : choice_names<pack_choice>::values)
-        if (value == choice) return {name};
-    return {};
-}
-
 /// Communicators valid from MPI_Init to MPI_Finalize without asking the library.
 bool always_valid(MPI_Comm comm) { return comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF; }
 
@@ -79,7 +72,7 @@ std::shared_ptr<cost_model> load_runtime_model(const settings& cfg, std::string&
 }  // namespace
 
 runtime::runtime(const settings& cfg)
-    : cfg_(cfg), model_(load_runtime_model(cfg, model_note_)), planner_(model_, pack_overrides(cfg.pack)) {}
+    : cfg_(cfg), model_(load_runtime_model(cfg, model_note_)), planner_(model_, {pack_kind::name(cfg.pack)}) {}
 
 
 runtime* runtime::instance() noexcept {

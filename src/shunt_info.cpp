@@ -125,9 +125,8 @@ int explain(int argc, char** argv) {
     }
     std::string where;
     auto model = effective_model(where);
-    shunt::planner pl(model, {std::string_view(shunt::config().pack == shunt::pack_choice::library ? "library"
-                                                : shunt::config().pack == shunt::pack_choice::host  ? "host"
-                                                                                                    : "auto")});
+    // SHUNT_PACK's words ("auto", "library", "host") are the planner's method names.
+    shunt::planner pl(model, {shunt::detail::pack_kind::name(shunt::config().pack)});
     // A vector of BYTES / BLOCK blocks of BLOCK bytes, twice as far apart: the shape the pack
     // tables are measured on.
     shunt::type_info t;

@@ -129,11 +129,13 @@ struct choice_kind {
             if (iequals(text, name)) return out = value, true;
         return false;
     }
-    static std::string format(E v) {
-        for (const auto& [name, value] : choice_names<E>::values)
-            if (value == v) return std::string(name);
+    /// The registry's word for a value ("?" for none), valid for the whole program.
+    static constexpr std::string_view name(E v) {
+        for (const auto& [word, value] : choice_names<E>::values)
+            if (value == v) return word;
         return "?";
     }
+    static std::string format(E v) { return std::string(name(v)); }
 };
 
 /// An integer in [Min, Max], decimal, optionally with a binary suffix K, M, G or T (x 1024^n).

@@ -128,9 +128,7 @@ public:
         if (starts("launch")) return p.launch_s;
         if (starts("pack.") || starts("unpack.")) {
             const bool library = name.find(".library.") != std::string_view::npos;
-            const auto b = name.rfind(".b");
-            const double l = b == std::string_view::npos ? 1 : std::strtod(std::string(name.substr(b + 2)).c_str(), nullptr);
-            return analytic_pack(library, l, size);
+            return analytic_pack(library, pack_block_len(name), size);
         }
         const analytic_params::level& lv = name.find(".network") != std::string_view::npos ? p.network
                                            : name.find(".package") != std::string_view::npos ? p.package
@@ -154,14 +152,17 @@ public:
     }
 
 private:
+    /// The block length L of a pack table name (pack.<who>.b<L>), 1 when it names none.
+    static double pack_block_len(std::string_view name) {
+        const auto b = name.rfind(".b");
+        return b == std::string_view::npos ? 1 : std::strtod(std::string(name.substr(b + 2)).c_str(), nullptr);
+    }
     // The uncorrected prediction an observation is compared with; pack tables interpolate.
     double raw_for_observe(std::string_view name, double size) const {
         const bool pack = name.substr(0, 5) == "pack." || name.substr(0, 7) == "unpack.";
         if (!pack || find(name)) return raw(name, size);
         const bool library = name.find(".library.") != std::string_view::npos;
-        const auto b = name.rfind(".b");
-        const double l = b == std::string_view::npos ? 1 : std::strtod(std::string(name.substr(b + 2)).c_str(), nullptr);
-        return raw_pack(library, name.substr(0, 7) == "unpack.", l, size);
+        return raw_pack(library, name.substr(0, 7) == "unpack.", pack_block_len(name), size);
     }
     double raw(std::string_view name, double size) const {
         const time_table* t = find(name);

@@ -25,13 +25,12 @@ struct pack_decision {
 /// shunt::planner::pack, which applies user overrides.
 inline pack_decision plan_pack(const type_info& t, std::int64_t count, const cost_model& m = cost_model{},
                                bool unpack = false) {
-    const double bytes = static_cast<double>(t.size) * static_cast<double>(count);
-    const std::int64_t blocks = planner::pack_blocks(t, count);
-    const double block_len = blocks > 0 ? bytes / static_cast<double>(blocks) : bytes;
+    const plan_decision p = planner::decide_pack(m, unpack ? plan_op::unpack : plan_op::pack, t.size * count,
+                                                 planner::pack_blocks(t, count), {});
     pack_decision d;
-    d.library_s = m.predict_pack(true, unpack, block_len, bytes);
-    d.host_s = m.predict_pack(false, unpack, block_len, bytes);
-    d.method = d.host_s <= d.library_s ? pack_method::host : pack_method::library;
+    d.library_s = p.alternatives[0].predicted_s;
+    d.host_s = p.alternatives[1].predicted_s;
+    d.method = p.method() == "host" ? pack_method::host : pack_method::library;
     return d;
 }
 

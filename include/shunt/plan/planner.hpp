@@ -73,7 +73,7 @@ public:
                 return it->second.d;
             }
         }
-        const plan_decision d = decide_pack(k);
+        const plan_decision d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
         std::unique_lock lock(mutex_);
         auto [it, inserted] = cache_.try_emplace(k);
         if (inserted) it->second.taken = std::make_unique<std::atomic<std::uint64_t>>(0);
@@ -93,6 +93,26 @@ public:
             d.taken = e.taken->load(std::memory_order_relaxed);
             f(d);
         }
+    }
+
+    /// The uncached decision for moving `bytes` in `blocks` contiguous blocks: the library and
+    /// shunt's host packer predicted by `m`, the cheaper chosen unless `o` forces a method.
+    static plan_decision decide_pack(const cost_model& m, plan_op op, std::int64_t bytes, std::int64_t blocks,
+                                     const plan_overrides& o) {
+        plan_decision d;
+        d.op = op;
+        d.bytes = bytes;
+        d.blocks = blocks;
+        const bool unpack = op == plan_op::unpack;
+        const double b = static_cast<double>(bytes);
+        const double block_len = blocks > 0 ? b / static_cast<double>(blocks) : b;
+        d.alternatives[0] = {"library", m.predict_pack(true, unpack, block_len, b)};
+        d.alternatives[1] = {"host", m.predict_pack(false, unpack, block_len, b)};
+        d.count = 2;
+        d.chosen = d.alternatives[1].predicted_s <= d.alternatives[0].predicted_s ? 1 : 0;
+        for (std::uint8_t i = 0; i < d.count; ++i)
+            if (o.pack == d.alternatives[i].method) d.chosen = i, d.forced = true;
+        return d;
     }
 
     /// Contiguous blocks moved when packing `count` elements of `t` (a dense type is one block).
@@ -122,24 +142,6 @@ private:
         std::uint64_t generation = 0;
         std::unique_ptr<std::atomic<std::uint64_t>> taken;  // counted under the shared lock
     };
-
-    plan_decision decide_pack(const key& k) const {
-        plan_decision out;
-        plan_decision* d = &out;
-        d->op = k.op;
-        d->bytes = k.bytes;
-        d->blocks = k.blocks;
-        const bool unpack = k.op == plan_op::unpack;
-        const double bytes = static_cast<double>(k.bytes);
-        const double block_len = k.blocks > 0 ? bytes / static_cast<double>(k.blocks) : bytes;
-        d->alternatives[0] = {"library", model_->predict_pack(true, unpack, block_len, bytes)};
-        d->alternatives[1] = {"host", model_->predict_pack(false, unpack, block_len, bytes)};
-        d->count = 2;
-        d->chosen = d->alternatives[1].predicted_s <= d->alternatives[0].predicted_s ? 1 : 0;
-        for (std::uint8_t i = 0; i < d->count; ++i)
-            if (overrides_.pack == d->alternatives[i].method) d->chosen = i, d->forced = true;
-        return out;
-    }
 
     std::shared_ptr<const cost_model> model_;
     plan_overrides overrides_;
