@@ -13,11 +13,18 @@
 namespace shunt::detail {
 
 /// The intercepted MPI functions, in report order.
-enum class shim : std::uint8_t { pack, unpack, pack_size, type_commit, type_dup, type_free, init, init_thread, finalize };
-inline constexpr std::array<const char*, 9> shim_names = {"MPI_Pack",        "MPI_Unpack",   "MPI_Pack_size",
-                                                          "MPI_Type_commit", "MPI_Type_dup", "MPI_Type_free",
-                                                          "MPI_Init",        "MPI_Init_thread", "MPI_Finalize"};
+enum class shim : std::uint8_t {
+    pack, unpack, pack_size, type_commit, type_dup, type_free, init, init_thread, finalize,
+    allreduce, reduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv, bcast, alltoall,
+};
+inline constexpr std::array<const char*, 17> shim_names = {
+    "MPI_Pack",      "MPI_Unpack",         "MPI_Pack_size",      "MPI_Type_commit",         "MPI_Type_dup",
+    "MPI_Type_free", "MPI_Init",           "MPI_Init_thread",    "MPI_Finalize",            "MPI_Allreduce",
+    "MPI_Reduce",    "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Allgatherv",
+    "MPI_Bcast",     "MPI_Alltoall"};
 inline constexpr std::size_t shim_count = shim_names.size();
+/// The first and last collective shims.
+inline constexpr shim first_collective = shim::allreduce, last_collective = shim::alltoall;
 
 /// Why a data-moving call went to the library instead of shunt's packer.
 enum class pass_reason : std::uint8_t {
@@ -31,24 +38,37 @@ enum class pass_reason : std::uint8_t {
     would_truncate,  ///< the data does not fit: the library raises its own error
     planned,         ///< the cost model chose the library's packer
     internal,        ///< shunt failed internally (logged once)
+    unsupported,     ///< a collective shunt does not run: op, datatype, communicator or buffers
+    measuring,       ///< the library's run while the planner measures both methods
+    empty,           ///< a collective that moves no data, or a communicator of one rank
 };
-inline constexpr std::array<const char*, 10> pass_reason_names = {
+inline constexpr std::array<const char*, 13> pass_reason_names = {
     "none",         "mpi-not-running", "bad-argument",   "forced-library",  "rejected-by-library",
-    "unknown-type", "too-large",       "would-truncate", "planned-library", "internal-error"};
+    "unknown-type", "too-large",       "would-truncate", "planned-library", "internal-error",
+    "unsupported",  "measuring",       "nothing-to-do"};
 inline constexpr std::size_t pass_reason_count = pass_reason_names.size();
 
-/// The two data-moving directions.
-enum class direction : std::uint8_t { pack, unpack };
+/// What a data-moving call does: pack, unpack, or a collective.
+enum class direction : std::uint8_t { pack, unpack, collective };
+inline constexpr std::size_t direction_count = 3;
 
 /// Positions of the counters in one flat array (the layout the summary reduces over).
 struct counter_index {
     static constexpr std::size_t calls(shim s) { return static_cast<std::size_t>(s); }
     static constexpr std::size_t handled(direction d) { return shim_count + static_cast<std::size_t>(d); }
-    static constexpr std::size_t bytes(direction d) { return shim_count + 2 + static_cast<std::size_t>(d); }
+    static constexpr std::size_t bytes(direction d) { return shim_count + direction_count + static_cast<std::size_t>(d); }
     static constexpr std::size_t passed(direction d, pass_reason why) {
-        return shim_count + 4 + static_cast<std::size_t>(d) * pass_reason_count + static_cast<std::size_t>(why);
+        return shim_count + 2 * direction_count + static_cast<std::size_t>(d) * pass_reason_count +
+               static_cast<std::size_t>(why);
     }
-    static constexpr std::size_t size = shim_count + 4 + 2 * pass_reason_count;
+    /// Collective calls shunt ran, per collective shim.
+    static constexpr std::size_t collective_handled(shim s) {
+        return shim_count + (2 + pass_reason_count) * direction_count + static_cast<std::size_t>(s) -
+               static_cast<std::size_t>(first_collective);
+    }
+    static constexpr std::size_t size = shim_count + (2 + pass_reason_count) * direction_count +
+                                        static_cast<std::size_t>(last_collective) -
+                                        static_cast<std::size_t>(first_collective) + 1;
 };
 using counter_values = std::array<std::uint64_t, counter_index::size>;
 

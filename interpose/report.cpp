@@ -44,27 +44,47 @@ std::string data_call(const flat& f, shim s, direction d) {
                   calls(f, s) - handled(f, d));
 }
 
+bool is_collective(std::size_t s) {
+    return s >= static_cast<std::size_t>(first_collective) && s <= static_cast<std::size_t>(last_collective);
+}
+std::uint64_t coll_handled(const flat& f, std::size_t s) {
+    return f[counter_index::collective_handled(static_cast<shim>(s))];
+}
+
 std::string rank_line(const flat& f) {
     std::string out = data_call(f, shim::pack, direction::pack) + ", " + data_call(f, shim::unpack, direction::unpack);
-    for (std::size_t s = static_cast<std::size_t>(shim::pack_size); s < shim_count; ++s)
+    for (std::size_t s = static_cast<std::size_t>(shim::pack_size); s < shim_count; ++s) {
+        if (is_collective(s) && calls(f, static_cast<shim>(s)) == 0) continue;
         out += format(", %s %" PRIu64, shim_names[s], calls(f, static_cast<shim>(s)));
+        if (is_collective(s)) out += format(" (shunt %" PRIu64 ")", coll_handled(f, s));
+    }
     out += "; MPI_Pack to the library: " + reasons(f, direction::pack);
     out += "; MPI_Unpack to the library: " + reasons(f, direction::unpack);
+    out += format("; collectives by shunt: %" PRIu64 " bytes; to the library: ", bytes(f, direction::collective)) +
+           reasons(f, direction::collective);
     return out;
 }
 
 std::string summary_table(const flat& f, int ranks) {
     std::string out = format("summary of %d ranks\n", ranks);
-    out += format("  %-16s %12s %12s %12s %16s\n", "call", "calls", "shunt", "library", "shunt bytes");
+    out += format("  %-26s %12s %12s %12s %16s\n", "call", "calls", "shunt", "library", "shunt bytes");
     for (direction d : {direction::pack, direction::unpack}) {
         const shim s = d == direction::pack ? shim::pack : shim::unpack;
-        out += format("  %-16s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %16" PRIu64 "\n", shim_names[static_cast<std::size_t>(s)],
+        out += format("  %-26s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %16" PRIu64 "\n", shim_names[static_cast<std::size_t>(s)],
                       calls(f, s), handled(f, d), calls(f, s) - handled(f, d), bytes(f, d));
     }
-    for (std::size_t s = static_cast<std::size_t>(shim::pack_size); s < shim_count; ++s)
-        out += format("  %-16s %12" PRIu64 " %12s %12s %16s\n", shim_names[s], calls(f, static_cast<shim>(s)), "-", "-", "-");
+    for (std::size_t s = static_cast<std::size_t>(shim::pack_size); s < shim_count; ++s) {
+        const std::uint64_t n = calls(f, static_cast<shim>(s));
+        if (!is_collective(s))
+            out += format("  %-26s %12" PRIu64 " %12s %12s %16s\n", shim_names[s], n, "-", "-", "-");
+        else if (n > 0)
+            out += format("  %-26s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %16s\n", shim_names[s], n,
+                          coll_handled(f, s), n - coll_handled(f, s), "-");
+    }
+    out += format("  collectives: %" PRIu64 " bytes by shunt\n", bytes(f, direction::collective));
     out += "  MPI_Pack to the library: " + reasons(f, direction::pack) + "\n";
-    out += "  MPI_Unpack to the library: " + reasons(f, direction::unpack);
+    out += "  MPI_Unpack to the library: " + reasons(f, direction::unpack) + "\n";
+    out += "  collectives to the library: " + reasons(f, direction::collective);
     return out;
 }
 
@@ -88,6 +108,42 @@ std::string runtime::decisions_text(bool one_line) const {
                       d.method().data(), d.forced ? " (forced)" : "", d.taken, alts.c_str());
     }
     if (all.size() > shown) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", all.size() - shown);
+    // Communicators of the same shape that decided alike are one line.
+    std::vector<std::pair<std::string, coll_decision>> colls;
+    {
+        std::lock_guard lock(tuners_mutex_);
+        for (const auto& t : tuners_)
+            t->for_each([&](const coll_decision& d) {
+                const std::string shape = t->shape().signature();
+                for (auto& [s, e] : colls)
+                    if (s == shape && e.op == d.op && e.size_class == d.size_class && e.method == d.method) {
+                        e.taken += d.taken;
+                        return;
+                    }
+                colls.emplace_back(shape, d);
+            });
+    }
+    if (colls.empty()) return out;
+    std::sort(colls.begin(), colls.end(), [](const auto& a, const auto& b) { return a.second.taken > b.second.taken; });
+    out += format(one_line ? "; collective decisions (%zu)" : "\n  collective decisions (%zu distinct, most taken first)",
+                  colls.size());
+    const std::size_t shown_colls = std::min<std::size_t>(colls.size(), 16);
+    for (std::size_t i = 0; i < shown_colls; ++i) {
+        const auto& [shape, d] = colls[i];
+        std::string how;
+        for (std::size_t m = 0; m < coll_method_count; ++m) {
+            const bool measured = d.measured[m] == d.measured[m];
+            how += format("%s%s %s %.3g us", m ? ", " : "", coll_method_names[m].data(), measured ? "measured" : "predicted",
+                          (measured ? d.measured[m] : d.predicted[m]) * 1e6);
+        }
+        const char* method = coll_method_names[static_cast<std::size_t>(d.method)].data();
+        if (one_line)
+            out += format("; %s %" PRId64 " B -> %s x %" PRIu64, std::string(to_string(d.op)).c_str(), d.bytes, method, d.taken);
+        else
+            out += format("\n    %s of %" PRId64 " bytes on %s -> %s%s x %" PRIu64 " (%s)", std::string(to_string(d.op)).c_str(),
+                          d.bytes, shape.c_str(), method, d.forced ? " (forced)" : "", d.taken, how.c_str());
+    }
+    if (colls.size() > shown_colls) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", colls.size() - shown_colls);
     return out;
 }
 

@@ -5,6 +5,7 @@
 #include <shunt/datatype/cache.hpp>
 #include <shunt/datatype/type_info.hpp>
 #include <shunt/model/model.hpp>
+#include <shunt/plan/collective.hpp>
 #include <shunt/plan/planner.hpp>
 
 #include "counters.hpp"
@@ -15,6 +16,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
 
 namespace shunt::detail {
 
@@ -55,6 +59,25 @@ public:
                MPI_Comm comm) noexcept;
     int pack_size(int incount, MPI_Datatype type, MPI_Comm comm, int* size) noexcept;
 
+    // Collectives (collectives.cpp): shunt's schedule where the planner chooses it, else the library.
+    int allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) noexcept;
+    int reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+               MPI_Comm comm) noexcept;
+    int reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op op,
+                             MPI_Comm comm) noexcept;
+    int reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type, MPI_Op op,
+                       MPI_Comm comm) noexcept;
+    int allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                  MPI_Datatype recvtype, MPI_Comm comm) noexcept;
+    int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
+                   const int displs[], MPI_Datatype recvtype, MPI_Comm comm) noexcept;
+    int bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) noexcept;
+    int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                 MPI_Datatype recvtype, MPI_Comm comm) noexcept;
+
+    /// A communicator's topology and collective planner (cached on it as an attribute).
+    struct coll_context;
+
 private:
     enum class state : int { before, running, finalized };
 
@@ -86,6 +109,15 @@ private:
     void observe(bool library, direction d, const plan_decision& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
 
+    /// True when collectives on comm may go to shunt at all (MPI running, not SHUNT_COLL=library).
+    bool collectives_on(MPI_Comm comm) noexcept;
+    /// comm's context, built on first use (collective over comm); nullptr when comm is not valid.
+    coll_context* context(MPI_Comm comm) noexcept;
+    /// The planner's choice, shunt's schedule (`run`) or the library (`library`), timing, counting.
+    template <class Library, class Shunt>
+    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, Library library, Shunt run) noexcept;
+    void log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, const char* name) noexcept;
+
     const settings& cfg_;
     std::string model_note_;  ///< why the model file was not used, said once at start
     std::shared_ptr<cost_model> model_;
@@ -96,6 +128,10 @@ private:
     std::atomic<state> state_{state::before};
     std::atomic<bool> started_{false};
     std::array<std::atomic<bool>, shim_count> failure_logged_{};
+    std::atomic<bool> topology_warned_{false};
+    /// Every communicator's collective planner, for the report (kept after the communicator is freed).
+    mutable std::mutex tuners_mutex_;
+    std::vector<std::shared_ptr<collective_tuner>> tuners_;
 };
 
 }  // namespace shunt::detail

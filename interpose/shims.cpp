@@ -78,4 +78,66 @@ SHUNT_EXPORT int MPI_Pack_size(int incount, MPI_Datatype datatype, MPI_Comm comm
     return rt != nullptr ? rt->pack_size(incount, datatype, comm, size) : PMPI_Pack_size(incount, datatype, comm, size);
 }
 
+SHUNT_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                               MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->allreduce(sendbuf, recvbuf, count, datatype, op, comm)
+                         : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+SHUNT_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
+                            MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->reduce(sendbuf, recvbuf, count, datatype, op, root, comm)
+                         : PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+}
+
+SHUNT_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype,
+                                          MPI_Op op, MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm)
+                         : PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+}
+
+SHUNT_EXPORT int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype,
+                                    MPI_Op op, MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm)
+                         : PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+}
+
+SHUNT_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                               MPI_Datatype recvtype, MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+                         : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+
+SHUNT_EXPORT int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm)
+                         : PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+}
+
+SHUNT_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->bcast(buffer, count, datatype, root, comm) : PMPI_Bcast(buffer, count, datatype, root, comm);
+}
+
+SHUNT_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                              MPI_Datatype recvtype, MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+                         : PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+
 }  // extern "C"

@@ -64,6 +64,9 @@ enum class report_mode : std::uint8_t { off, rank, summary };
 /// SHUNT_PACK: who packs host buffers in MPI_Pack / MPI_Unpack.
 enum class pack_choice : std::uint8_t { automatic, library, host };
 
+/// SHUNT_COLL: who runs the collectives shunt intercepts.
+enum class coll_choice : std::uint8_t { automatic, library, shunt };
+
 namespace detail {
 
 /// ASCII lower-case; the registry's keywords are matched case-insensitively.
@@ -91,6 +94,12 @@ template <>
 struct choice_names<pack_choice> {
     static constexpr std::array<std::pair<std::string_view, pack_choice>, 3> values = {
         {{"auto", pack_choice::automatic}, {"library", pack_choice::library}, {"host", pack_choice::host}}};
+};
+
+template <>
+struct choice_names<coll_choice> {
+    static constexpr std::array<std::pair<std::string_view, coll_choice>, 3> values = {
+        {{"auto", coll_choice::automatic}, {"library", coll_choice::library}, {"shunt", coll_choice::shunt}}};
 };
 
 // A "kind" is the type of a variable: value_type, a type name, the accepted text, a strict
@@ -254,6 +263,7 @@ struct log_kind {
 
 using report_kind = choice_kind<report_mode>;
 using pack_kind = choice_kind<pack_choice>;
+using coll_kind = choice_kind<coll_choice>;
 
 }  // namespace detail
 }  // namespace shunt
@@ -274,6 +284,10 @@ using pack_kind = choice_kind<pack_choice>;
     X(pack, "SHUNT_PACK", ::shunt::detail::pack_kind, "auto",                                           \
       "who packs host buffers in MPI_Pack/MPI_Unpack: auto = the cost model decides per call, "         \
       "library = always the MPI library, host = shunt's host packer whenever the type is supported")   \
+    X(coll, "SHUNT_COLL", ::shunt::detail::coll_kind, "auto",                                           \
+      "who runs MPI_Allreduce, _Reduce, _Reduce_scatter(_block), _Allgather(v), _Bcast and _Alltoall: "  \
+      "auto = the cost model decides per operation and size (measuring both on first use), "           \
+      "library = always the MPI library, shunt = shunt's hierarchical schedule wherever it applies")   \
     X(model, "SHUNT_MODEL", ::shunt::detail::text_kind, "",                                             \
       "the cost model file written by shunt-measure (unset: $XDG_CACHE_HOME/shunt/model-HOST-MPI.json, " \
       "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                            \

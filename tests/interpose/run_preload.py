@@ -94,6 +94,9 @@ def check_program(args):
 
         same("preloaded, no SHUNT_* set", "preload", None)
         same("preloaded, SHUNT_DISABLE=1", "preload", {"SHUNT_DISABLE": "1"})
+        if args.collectives is not None:
+            done += check_collectives(args, n, same)
+            continue
         same("preloaded, SHUNT_PACK=auto", "preload", {"SHUNT_PACK": "auto"})
 
         # Forced host packer with the summary: shunt must really have packed and unpacked.
@@ -162,6 +165,42 @@ def check_program(args):
             done += 3
     print(f"{os.path.basename(L.program[0])}: {done} runs matched the run without shunt at {args.ranks} ranks")
     return 0
+
+
+COLLECTIVES = ["MPI_Allreduce", "MPI_Reduce", "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather",
+               "MPI_Allgatherv", "MPI_Bcast", "MPI_Alltoall"]
+
+
+def check_collectives(args, n, same):
+    """The runs of a collectives program at n ranks (after the plain, preloaded and disabled ones)."""
+    # Forced shunt schedules on a virtual topology: every collective must really have run in shunt.
+    p, c = same(f"shunt-run, SHUNT_COLL=shunt SHUNT_TOPOLOGY={args.collectives} SHUNT_REPORT=summary", "shunt-run",
+                {"SHUNT_COLL": "shunt", "SHUNT_TOPOLOGY": args.collectives, "SHUNT_REPORT": "summary"}, lambda s: True)
+    rows = report_rows(p.stderr)
+    expect(all(line.startswith("shunt[rank 0]: ") for line in p.stderr.splitlines()),
+           "the summary must come from rank 0 only", p, c)
+    for call in COLLECTIVES:
+        expect(call in rows, f"no {call} row in the summary", p, c)
+        calls, by_shunt, library, _ = rows[call]
+        expect(by_shunt + library == calls, f"{call}: summary columns do not add up", p, c)
+        if n > 1:
+            expect(by_shunt > 0, f"{call}: no call ran in shunt with SHUNT_COLL=shunt", p, c)
+        else:
+            expect(by_shunt == 0, f"{call}: a single rank has nothing for shunt to do", p, c)
+    # The cost model's choice (measuring both on first use), with its decisions logged.
+    p, c = same("preloaded, SHUNT_COLL=auto SHUNT_LOG=decide", "preload",
+                {"SHUNT_COLL": "auto", "SHUNT_LOG": "decide", "SHUNT_TOPOLOGY": args.collectives}, lambda s: True)
+    if n > 1:
+        expect(re.search(r"^shunt\[rank 0\]: decide: MPI_Allreduce of \d+ bytes on p\d+\S*: (the library|shunt's schedule) "
+                         r"\(library measured [0-9.e+-]+ us, hierarchical measured [0-9.e+-]+ us\)$", p.stderr, re.M),
+               "SHUNT_LOG=decide must show the measured collective decisions", p, c)
+    # Forced library: nothing by shunt.
+    p, c = same("preloaded, SHUNT_COLL=library SHUNT_REPORT=rank", "preload",
+                {"SHUNT_COLL": "library", "SHUNT_REPORT": "rank"}, lambda s: True)
+    lines = p.stderr.splitlines()
+    expect(len(lines) == n and all("collectives by shunt: 0 bytes" in x for x in lines),
+           "SHUNT_COLL=library must leave every collective to the library", p, c)
+    return 5
 
 
 def check_tools(args):
@@ -234,6 +273,9 @@ def main():
     pr.add_argument("--library-calls", type=parse_library_calls, default=None,
                     help="with SHUNT_PACK=host, the calls per rank that must reach the library, e.g. "
                     "MPI_Pack=1 (unlisted: 0); without the option this is not checked")
+    pr.add_argument("--collectives", metavar="TOPOLOGY", default=None,
+                    help="the program tests collectives: check them with SHUNT_COLL on this SHUNT_TOPOLOGY "
+                    "instead of the packing checks")
     pr.add_argument("command", nargs=argparse.REMAINDER)
     tl = sub.add_parser("tools")
     tl.add_argument("--shunt-info", required=True)

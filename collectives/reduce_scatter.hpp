@@ -1,0 +1,69 @@
+// shunt/collectives/reduce_scatter.hpp: hierarchical reduce-scatter with a count per rank (MPI_Reduce_scatter).
+#pragma once
+
+#include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/schedule.hpp>
+#include <shunt/collectives/transport.hpp>
+#include <shunt/errors.hpp>
+#include <shunt/topology/hierarchy.hpp>
+#include <shunt/topology/topology.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace shunt {
+
+/// Reduce-scatter with counts[i] elements for rank i: rank i ends with elements
+/// [sum(counts[0..i)), + counts[i]) of the reduction of all ranks' sum(counts) elements.
+///
+/// Contract across ranks: every rank of t's group calls it, in the same order relative to
+/// other collectives on t, with the same counts, reduction, hierarchy and options; blocking.
+/// sendbuf == recvbuf means in place (the input is read from recvbuf and the result is left
+/// at its start; the rest is clobbered). The reduction must be commutative. Schedule as
+/// reduce_scatter_block (each rank's range goes up through its representatives), with ranges
+/// of any length, empty ones included. Deterministic.
+template <transport T>
+void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::span<const std::int64_t> counts,
+                    const typename T::reduction_type& red, const collective_options& opt = {}) {
+    detail::check_hierarchy(t, h);
+    const int p = t.size(), me = t.rank();
+    if (counts.size() != static_cast<std::size_t>(p)) throw std::invalid_argument("reduce_scatter: one count per rank");
+    const std::int64_t es = red.element_size();
+    std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
+    std::int64_t n = 0;
+    for (int r = 0; r < p; ++r) {
+        own[static_cast<std::size_t>(r)] = {n, counts[static_cast<std::size_t>(r)]};
+        n += counts[static_cast<std::size_t>(r)];
+    }
+    if (n <= 0) return;
+    auto* out = static_cast<std::byte*>(recvbuf);
+    const detail::owned_range mine = own[static_cast<std::size_t>(me)];
+    if (sendbuf == recvbuf) {
+        detail::hierarchical_reduce_scatter(t, h, out, own, red, opt.flat);
+        t.copy(out, out + mine.offset * es, mine.count * es);
+        return;
+    }
+    auto work = t.scratch(n * es);
+    t.copy(work.data(), sendbuf, n * es);
+    detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
+    t.copy(out, work.data() + mine.offset * es, mine.count * es);
+}
+
+/// MPI form on a communicator's topology: like MPI_Reduce_scatter (sendbuf may be
+/// MPI_IN_PLACE). Throws shunt::unsupported for what it leaves to the library (see
+/// mpi_reduction; negative counts).
+inline void reduce_scatter(const topology& topo, const void* sendbuf, void* recvbuf, const int* recvcounts,
+                           MPI_Datatype type, MPI_Op op, const collective_options& opt = {}) {
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(topo.size()));
+    for (int r = 0; r < topo.size(); ++r) {
+        if (recvcounts[r] < 0) throw unsupported("reduce_scatter: negative count");
+        counts[static_cast<std::size_t>(r)] = recvcounts[r];
+    }
+    mpi_reduction red(type, op);
+    mpi_transport t(topo.comm());
+    reduce_scatter(t, topo.groups(), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, counts, red, opt);
+}
+
+}  // namespace shunt

@@ -1,0 +1,307 @@
+// shunt/plan/collective.hpp: the collective planner: library or hierarchical schedule per (operation, size class), from the cost model, refined by measuring both and agreed on by all ranks.
+#pragma once
+
+#include <shunt/model/model.hpp>
+#include <shunt/topology/hierarchy.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace shunt {
+
+/// The collectives shunt can run itself.
+enum class coll_op : std::uint8_t {
+    allreduce,
+    reduce_scatter_block,
+    reduce_scatter,
+    allgather,
+    allgatherv,
+    bcast,
+    reduce,
+    alltoall,
+};
+inline constexpr std::array<std::string_view, 8> coll_op_names = {
+    "allreduce", "reduce_scatter_block", "reduce_scatter", "allgather", "allgatherv", "bcast", "reduce", "alltoall"};
+inline constexpr std::string_view to_string(coll_op op) { return coll_op_names[static_cast<std::size_t>(op)]; }
+
+/// Who runs a collective: the MPI library's own algorithm, or shunt's partitioned schedule
+/// over the communicator's levels (a flat shunt algorithm when it has none).
+enum class coll_method : std::uint8_t { library, hierarchical };
+inline constexpr std::size_t coll_method_count = 2;
+inline constexpr std::array<std::string_view, coll_method_count> coll_method_names = {"library", "hierarchical"};
+inline constexpr std::string_view to_string(coll_method m) { return coll_method_names[static_cast<std::size_t>(m)]; }
+
+/// What the model knows of a communicator's hierarchy: its size and, per level (innermost
+/// first), the level's name and the size of its largest group. signature() names the model's
+/// tables for this shape: coll.<op>.<method>.<signature>.
+struct coll_shape {
+    int ranks = 1;
+    std::vector<std::string> level_names;
+    std::vector<int> group_sizes;
+
+    static coll_shape of(const hierarchy& h) {
+        coll_shape s;
+        s.ranks = h.size();
+        for (int k = 0; k < h.levels(); ++k) {
+            int most = 0;
+            for (int g = 0; g < h.groups(k); ++g) most = std::max(most, static_cast<int>(h.members(k, g).size()));
+            s.level_names.push_back(h.name(k));
+            s.group_sizes.push_back(most);
+        }
+        return s;
+    }
+    /// "p4.node2": the rank count, then each level's name and largest group.
+    std::string signature() const {
+        std::string out = "p" + std::to_string(ranks);
+        for (std::size_t k = 0; k < level_names.size(); ++k) out += "." + level_names[k] + std::to_string(group_sizes[k]);
+        return out;
+    }
+};
+
+namespace table_names {
+inline std::string collective(coll_op op, coll_method m, const coll_shape& s) {
+    return "coll." + std::string(to_string(op)) + "." + std::string(to_string(m)) + "." + s.signature();
+}
+}  // namespace table_names
+
+namespace detail {
+
+/// Bytes a rank sends across the slowest link, per byte of the operation's vector, for a
+/// bandwidth-optimal algorithm over q members: the reductions and gathers (q-1)/q, allreduce
+/// and large broadcasts twice that, alltoall (q-1)/q of its send buffer.
+inline double coll_volume(coll_op op, int q) {
+    const double f = q > 1 ? static_cast<double>(q - 1) / q : 0;
+    switch (op) {
+        case coll_op::allreduce:
+        case coll_op::bcast: return 2 * f;
+        default: return f;
+    }
+}
+
+/// Latency terms (messages in sequence) over q members.
+inline double coll_steps(coll_op op, int q) {
+    if (q <= 1) return 0;
+    const double lg = std::ceil(std::log2(static_cast<double>(q)));
+    switch (op) {
+        case coll_op::allreduce: return 2 * lg;
+        case coll_op::alltoall: return q - 1;
+        default: return lg;
+    }
+}
+
+/// The analytic level a group exchange at level k of a shape runs on: inside the innermost
+/// groups the level those groups are named after (a node's members talk through shared
+/// memory, a package's through its cache), between the groups of the outermost level the
+/// network when that level is the node (or above), else the node.
+inline const analytic_params::level& link_of(const analytic_params& p, const coll_shape& s, std::size_t k) {
+    auto named = [&](std::string_view n) -> const analytic_params::level& {
+        if (n == "package" || n == "numa") return p.package;
+        if (n == "node") return p.node;
+        return p.network;
+    };
+    if (k < s.level_names.size()) return named(s.level_names[k]);
+    if (s.level_names.empty()) return p.node;  // one group of everything: one node, presumably
+    const std::string_view top = s.level_names.back();
+    return top == "package" || top == "numa" ? p.node : p.network;
+}
+
+}  // namespace detail
+
+/// The analytic prediction of one collective: the library as a flat bandwidth-optimal
+/// algorithm over the slowest link (all ranks of a group share its outer link), shunt's
+/// schedule as one flat algorithm per level on that level's link, the data shrinking by each
+/// inner group's size on the way out. A prior only: measurements replace it.
+inline double analytic_collective(const analytic_params& p, coll_op op, coll_method m, const coll_shape& s, double bytes) {
+    if (s.ranks <= 1) return 0;
+    if (m == coll_method::library) {
+        const auto& slow = detail::link_of(p, s, s.level_names.size());
+        const double sharing = s.group_sizes.empty() ? 1 : s.group_sizes.back();
+        return detail::coll_steps(op, s.ranks) * slow.latency_s +
+               detail::coll_volume(op, s.ranks) * bytes * sharing / slow.bytes_per_s;
+    }
+    double t = 0, data = bytes;
+    int inner = 1;
+    for (std::size_t k = 0; k <= s.group_sizes.size(); ++k) {
+        const int q = k < s.group_sizes.size() ? std::max(1, s.group_sizes[k] / inner) : std::max(1, s.ranks / inner);
+        const auto& link = detail::link_of(p, s, k);
+        t += detail::coll_steps(op, q) * link.latency_s + detail::coll_volume(op, q) * data / link.bytes_per_s;
+        if (op != coll_op::alltoall && op != coll_op::bcast) data /= std::max(1, q);
+        inner *= q;
+    }
+    return t;
+}
+
+/// One decision of the collective planner, for an operation and a size class (bytes rounded
+/// down to a power of two).
+struct coll_decision {
+    coll_op op = coll_op::allreduce;
+    int size_class = 0;        ///< bit width of the byte count (0 for none)
+    std::int64_t bytes = 0;    ///< the byte count of the call that made the decision
+    coll_method method = coll_method::library;
+    std::array<double, coll_method_count> predicted{};  ///< model (seconds), before measuring
+    std::array<double, coll_method_count> measured{};   ///< agreed best measured time; NaN if not measured
+    bool forced = false;
+    std::uint64_t taken = 0;
+};
+
+/// Chooses the method of each collective call on one communicator.
+///
+/// Every choice must be identical on every rank, or the ranks run different algorithms and
+/// deadlock: the key (operation, size class) is the same on every rank of a valid call, the
+/// calls on a communicator come in the same order on every rank, and every number a choice
+/// rests on is first agreed on with `agree` (an element-wise maximum over the ranks, e.g.
+/// MPI_Allreduce with MPI_MAX on a private communicator: a collective is as slow as its
+/// slowest rank). For a new key the planner asks the model; when the model has no
+/// measurement for this shape and size it measures: the next 2 x `trials` calls alternate
+/// between the methods (timed by the caller and passed to record()), then the best time of
+/// each is agreed and the faster wins. shunt's schedule must beat the library by `margin`
+/// (a fraction) to be chosen, so noise favours the library. Thread-safe; meant for one
+/// communicator (collectives on one communicator do not run concurrently).
+class collective_tuner {
+public:
+    using agree_fn = std::function<void(double* values, int n)>;
+
+    collective_tuner(coll_shape shape, int trials = 3, double margin = 0.03)
+        : shape_(std::move(shape)), trials_(std::max(0, trials)), margin_(margin) {}
+
+    const coll_shape& shape() const { return shape_; }
+
+    /// What to run now.
+    struct pick {
+        coll_method method = coll_method::library;
+        bool timed = false;  ///< measure the call and pass its time to record()
+        bool fresh = false;  ///< a decision was made by this call (log it)
+    };
+
+    /// The method for a call of `op` moving `bytes` (the operation's whole vector). `forced`
+    /// overrides the model (SHUNT_COLL); a forced choice needs no agreement.
+    pick choose(const cost_model& model, coll_op op, std::int64_t bytes, std::optional<coll_method> forced,
+                const agree_fn& agree) {
+        const key k{op, size_class(bytes)};
+        std::lock_guard lock(mutex_);
+        auto [it, fresh] = entries_.try_emplace(k);
+        entry& e = it->second;
+        if (fresh) {
+            e.d.op = op;
+            e.d.size_class = k.size_class;
+            e.d.bytes = bytes;
+            e.d.measured.fill(std::numeric_limits<double>::quiet_NaN());
+            for (std::size_t m = 0; m < coll_method_count; ++m)
+                e.d.predicted[m] = predict(model, op, static_cast<coll_method>(m), static_cast<double>(bytes));
+            if (forced) {
+                e.d.method = *forced;
+                e.d.forced = true;
+                e.decided = true;
+            } else if (trials_ == 0 || measured_by_model(model, op, static_cast<double>(bytes))) {
+                std::array<double, coll_method_count> agreed = e.d.predicted;
+                agree(agreed.data(), static_cast<int>(agreed.size()));
+                e.d.predicted = agreed;
+                e.d.method = better(agreed);
+                e.decided = true;
+            }
+        }
+        pick p;
+        if (e.decided) {
+            ++e.d.taken;
+            p.method = e.d.method;
+            p.fresh = fresh;
+            return p;
+        }
+        // Measuring: library, shunt, library, shunt, ...
+        p.method = e.runs[0] <= e.runs[1] ? coll_method::library : coll_method::hierarchical;
+        p.timed = true;
+        return p;
+    }
+
+    /// The time of a call choose() asked to measure. Returns true when this completed the
+    /// measurements and made the decision (the caller logs it). Collective when it decides.
+    bool record(coll_op op, std::int64_t bytes, coll_method m, double seconds, const agree_fn& agree) {
+        std::lock_guard lock(mutex_);
+        auto it = entries_.find(key{op, size_class(bytes)});
+        if (it == entries_.end() || it->second.decided) return false;
+        entry& e = it->second;
+        const auto i = static_cast<std::size_t>(m);
+        ++e.runs[i];
+        e.best[i] = std::min(e.best[i], seconds);
+        if (e.runs[0] < trials_ || e.runs[1] < trials_) return false;
+        std::array<double, coll_method_count> agreed = e.best;
+        agree(agreed.data(), static_cast<int>(agreed.size()));
+        e.d.measured = agreed;
+        e.d.method = better(agreed);
+        e.decided = true;
+        return true;
+    }
+
+    /// True when no call has been planned yet.
+    bool empty() const {
+        std::lock_guard lock(mutex_);
+        return entries_.empty();
+    }
+
+    /// Calls f(const coll_decision&) for every decision made so far (measuring ones excluded).
+    template <class F>
+    void for_each(F&& f) const {
+        std::lock_guard lock(mutex_);
+        for (const auto& [k, e] : entries_)
+            if (e.decided) f(e.d);
+    }
+
+    /// The model's prediction for one method: its measured table for this shape when there is
+    /// one, else the analytic model.
+    double predict(const cost_model& model, coll_op op, coll_method m, double bytes) const {
+        const std::string name = table_names::collective(op, m, shape_);
+        if (const time_table* t = model.find(name)) return t->predict(bytes);
+        return analytic_collective(model.params(), op, m, shape_, bytes);
+    }
+
+    static int size_class(std::int64_t bytes) {
+        return bytes <= 0 ? 0 : static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes)));
+    }
+
+private:
+    struct key {
+        coll_op op;
+        int size_class;
+        bool operator<(const key& o) const { return std::pair(op, size_class) < std::pair(o.op, o.size_class); }
+    };
+    struct entry {
+        coll_decision d;
+        bool decided = false;
+        std::array<int, coll_method_count> runs{};
+        std::array<double, coll_method_count> best{std::numeric_limits<double>::infinity(),
+                                                   std::numeric_limits<double>::infinity()};
+    };
+
+    bool measured_by_model(const cost_model& model, coll_op op, double bytes) const {
+        for (std::size_t m = 0; m < coll_method_count; ++m) {
+            const time_table* t = model.find(table_names::collective(op, static_cast<coll_method>(m), shape_));
+            if (t == nullptr || !t->covers(bytes)) return false;
+        }
+        return true;
+    }
+    coll_method better(const std::array<double, coll_method_count>& t) const {
+        const double lib = t[static_cast<std::size_t>(coll_method::library)];
+        const double hier = t[static_cast<std::size_t>(coll_method::hierarchical)];
+        return hier < lib * (1 - margin_) ? coll_method::hierarchical : coll_method::library;
+    }
+
+    coll_shape shape_;
+    int trials_;
+    double margin_;
+    mutable std::mutex mutex_;
+    std::map<key, entry> entries_;
+};
+
+}  // namespace shunt

@@ -1,0 +1,541 @@
+// interpose/collectives.cpp: the collective shims' runtime: eligibility, the per-communicator topology and planner, shunt's schedules or the library.
+#include "runtime.hpp"
+
+#include <shunt/collectives/allgather.hpp>
+#include <shunt/collectives/allgatherv.hpp>
+#include <shunt/collectives/allreduce.hpp>
+#include <shunt/collectives/alltoall.hpp>
+#include <shunt/collectives/bcast.hpp>
+#include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/reduce.hpp>
+#include <shunt/collectives/reduce_scatter.hpp>
+#include <shunt/collectives/reduce_scatter_block.hpp>
+#include <shunt/collectives/reduction.hpp>
+#include <shunt/errors.hpp>
+#include <shunt/log.hpp>
+#include <shunt/model/measure.hpp>
+#include <shunt/topology/topology.hpp>
+
+#include <cinttypes>
+#include <cmath>
+#include <climits>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace shunt::detail {
+
+// Every decision below must come out the same on every rank of a call, or ranks run different
+// algorithms and hang. So a call goes to shunt or to the library only on what every rank
+// knows alike: the communicator (inter or intra, size), the operation and the reduction's
+// datatype (the same on every rank by MPI's rules), the byte count of the whole operation
+// (the type signatures match), and the planner's agreed choice. What differs between ranks (a
+// datatype with gaps on one rank, dense on another) is bridged locally by packing.
+
+/// A communicator's state for collectives: its topology and planner, or why it has none.
+struct runtime::coll_context {
+    bool usable = false;
+    pass_reason why = pass_reason::unsupported;  ///< when not usable
+    const topology* topo = nullptr;  ///< cached on the same communicator, freed with it
+    std::shared_ptr<collective_tuner> tuner;
+};
+
+namespace {
+
+int context_delete_fn(MPI_Comm, int, void* value, void*) {
+    delete static_cast<runtime::coll_context*>(value);
+    return MPI_SUCCESS;
+}
+
+int context_keyval() {
+    static const int keyval = [] {
+        int k = MPI_KEYVAL_INVALID;
+        if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &context_delete_fn, &k, nullptr) != MPI_SUCCESS)
+            return static_cast<int>(MPI_KEYVAL_INVALID);
+        return k;
+    }();
+    return keyval;
+}
+
+/// Size and extent facts of a datatype used as a byte stream.
+struct type_facts {
+    bool ok = false;
+    std::int64_t size = 0;    ///< bytes per element
+    std::int64_t extent = 0;  ///< bytes between elements
+    bool dense = false;       ///< data fills the extent from the buffer start: moves as plain bytes
+};
+
+type_facts facts_of(MPI_Datatype t) {
+    type_facts f;
+    if (t == MPI_DATATYPE_NULL) return f;
+    MPI_Count size = 0, lb = 0, extent = 0;
+    if (PMPI_Type_size_x(t, &size) != MPI_SUCCESS || PMPI_Type_get_extent_x(t, &lb, &extent) != MPI_SUCCESS) return f;
+    if (size < 0 || size == MPI_UNDEFINED) return f;
+    f.ok = true;
+    f.size = size;
+    f.extent = extent;
+    f.dense = dense_size(t) > 0;
+    return f;
+}
+
+/// `count` elements of `type` at `buf` as a contiguous byte image: the buffer itself for a
+/// dense type, else a packed copy (PMPI_Pack), written back by unpack() where it receives.
+class byte_image {
+public:
+    byte_image(void* buf, std::int64_t count, MPI_Datatype type, const type_facts& f)
+        : buf_(buf), count_(count), type_(type), bytes_(count * f.size) {
+        if (f.dense || bytes_ == 0) {
+            data_ = static_cast<std::byte*>(buf);
+        } else {
+            staging_ = host_buffer(bytes_);
+            data_ = staging_.data();
+        }
+    }
+    std::byte* data() const { return data_; }
+    std::int64_t bytes() const { return bytes_; }
+    bool staged() const { return data_ != buf_ && bytes_ > 0; }
+    /// Fills the image from the typed buffer.
+    void pack() {
+        if (staged()) move(true);
+    }
+    /// Writes the image back into the typed buffer.
+    void unpack() {
+        if (staged()) move(false);
+    }
+
+private:
+    void move(bool pack) {
+        // In pieces of at most INT_MAX elements and bytes.
+        MPI_Count size = 0;
+        SHUNT_CHECK_MPI(PMPI_Type_size_x(type_, &size));
+        MPI_Aint lb = 0, extent = 0;
+        SHUNT_CHECK_MPI(PMPI_Type_get_extent(type_, &lb, &extent));
+        const std::int64_t per = std::max<std::int64_t>(1, std::min<std::int64_t>(INT_MAX, INT_MAX / std::max<MPI_Count>(size, 1)));
+        std::int64_t done = 0;
+        while (done < count_) {
+            const int n = static_cast<int>(std::min(per, count_ - done));
+            auto* typed = static_cast<char*>(buf_) + done * static_cast<std::int64_t>(extent);
+            std::byte* packed = data_ + done * size;
+            const int room = static_cast<int>(n * size);
+            int pos = 0;
+            if (pack)
+                SHUNT_CHECK_MPI(PMPI_Pack(typed, n, type_, packed, room, &pos, MPI_COMM_SELF));
+            else
+                SHUNT_CHECK_MPI(PMPI_Unpack(packed, room, &pos, typed, n, type_, MPI_COMM_SELF));
+            if (pos != room) throw error("the library's packed form is not the raw data (heterogeneous build?)");
+            done += n;
+        }
+    }
+
+    void* buf_;
+    std::int64_t count_;
+    MPI_Datatype type_;
+    std::int64_t bytes_;
+    std::byte* data_ = nullptr;
+    host_buffer staging_{0};
+};
+
+const char* method_text(coll_method m) { return m == coll_method::library ? "the library" : "shunt's schedule"; }
+
+}  // namespace
+
+runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
+    const int keyval = context_keyval();
+    if (keyval == MPI_KEYVAL_INVALID) return nullptr;
+    void* value = nullptr;
+    int found = 0;
+    if (PMPI_Comm_get_attr(comm, keyval, &value, &found) != MPI_SUCCESS) return nullptr;  // the library will say why
+    if (found) return static_cast<coll_context*>(value);
+    auto* ctx = new (std::nothrow) coll_context;
+    if (ctx == nullptr) return nullptr;
+    int inter = 0, size = 0;
+    if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || PMPI_Comm_size(comm, &size) != MPI_SUCCESS) {
+        delete ctx;
+        return nullptr;
+    }
+    if (size <= 1) ctx->why = pass_reason::empty;
+    if (!inter && size > 1) {
+        // Collective over comm: every rank gets here in the same call.
+        try {
+            ctx->topo = &topology::of(comm, cfg_.topology);
+            const bool measure = cfg_.coll == coll_choice::automatic;
+            ctx->tuner = std::make_shared<collective_tuner>(coll_shape::of(ctx->topo->groups()), measure ? 3 : 0);
+            ctx->usable = true;
+            std::lock_guard lock(tuners_mutex_);
+            std::erase_if(tuners_, [](const std::shared_ptr<collective_tuner>& t) { return t.use_count() == 1 && t->empty(); });
+            tuners_.push_back(ctx->tuner);
+            if (log_enabled(log_level::debug, log_category::decide) && ctx->topo->rank() == 0) {
+                std::string text = ctx->topo->describe();
+                while (!text.empty() && text.back() == '\n') text.pop_back();
+                for (char& ch : text)
+                    if (ch == '\n') ch = ';';
+                log_debug(log_category::decide, "collectives on a communicator of %d ranks: %s", size, text.c_str());
+            }
+        } catch (const std::exception& e) {
+            // Description errors are found alike on every rank, so all ranks fall back together.
+            if (!topology_warned_.exchange(true))
+                log_warn(log_category::config, "cannot build the topology (%s); collectives go to the MPI library", e.what());
+            ctx->usable = false;
+        }
+    }
+    if (PMPI_Comm_set_attr(comm, keyval, ctx) != MPI_SUCCESS) {
+        delete ctx;
+        return nullptr;
+    }
+    return ctx;
+}
+
+template <class Library, class Shunt>
+int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, Library library, Shunt run) noexcept {
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    coll_context* ctx = context(comm);
+    if (ctx == nullptr) return pass(pass_reason::bad_argument);
+    if (!ctx->usable) return pass(ctx->why);
+    const char* name = shim_names[static_cast<std::size_t>(s)];
+    MPI_Comm own = ctx->topo->comm();
+    const collective_tuner::agree_fn agree = [own](double* v, int n) {
+        SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, own));
+    };
+    collective_tuner::pick pick;
+    try {
+        std::optional<coll_method> forced;
+        if (cfg_.coll == coll_choice::shunt) forced = coll_method::hierarchical;
+        pick = ctx->tuner->choose(*model_, op, bytes, forced, agree);
+    } catch (const std::exception& e) {
+        // Only the agreement can fail here, and an MPI failure there is the same on every rank.
+        internal_failure(s, e.what());
+        return pass(pass_reason::internal);
+    }
+    const double t0 = pick.timed ? now_s() : 0;
+    int rc = MPI_SUCCESS;
+    if (pick.method == coll_method::library) {
+        rc = pass(pick.timed ? pass_reason::measuring : pass_reason::planned);
+    } else {
+        try {
+            run(*ctx->topo);
+            stats_.add(counter_index::handled(direction::collective));
+            stats_.add(counter_index::bytes(direction::collective), static_cast<std::uint64_t>(bytes));
+            stats_.add(counter_index::collective_handled(s));
+        } catch (const mpi_error& e) {
+            // The other ranks are inside the same schedule: no way back to the library.
+            log_error(log_category::init, "%s: %s", name, e.what());
+            PMPI_Comm_call_errhandler(comm, e.code());
+            return e.code();
+        } catch (const std::exception& e) {
+            log_error(log_category::init, "%s: shunt failed inside its schedule (%s)", name, e.what());
+            PMPI_Comm_call_errhandler(comm, MPI_ERR_INTERN);
+            return MPI_ERR_INTERN;
+        }
+    }
+    if (pick.timed && rc == MPI_SUCCESS) {
+        try {
+            if (ctx->tuner->record(op, bytes, pick.method, now_s() - t0, agree)) log_decision(*ctx, op, bytes, name);
+        } catch (const std::exception& e) {
+            internal_failure(s, e.what());
+        }
+    } else if (pick.fresh) {
+        log_decision(*ctx, op, bytes, name);
+    }
+    return rc;
+}
+
+void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, const char* name) noexcept {
+    // The decision is the same on every rank: rank 0 of the communicator says it.
+    if (!cfg_.log.enabled(log_level::debug, log_category::decide) || ctx.topo->rank() != 0) return;
+    const int size_class = collective_tuner::size_class(bytes);
+    ctx.tuner->for_each([&](const coll_decision& d) {
+        if (d.op != op || d.size_class != size_class) return;
+        std::string how;
+        for (std::size_t m = 0; m < coll_method_count; ++m) {
+            char buf[96];
+            if (std::isnan(d.measured[m]))
+                std::snprintf(buf, sizeof buf, "%s%s predicted %.3g us", m ? ", " : "", coll_method_names[m].data(),
+                              d.predicted[m] * 1e6);
+            else
+                std::snprintf(buf, sizeof buf, "%s%s measured %.3g us", m ? ", " : "", coll_method_names[m].data(),
+                              d.measured[m] * 1e6);
+            how += buf;
+        }
+        log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s (%s)", name, bytes,
+                  ctx.tuner->shape().signature().c_str(), method_text(d.method), d.forced ? " (forced)" : "",
+                  how.c_str());
+    });
+}
+
+bool runtime::collectives_on(MPI_Comm comm) noexcept {
+    return running() && cfg_.coll != coll_choice::library && comm != MPI_COMM_NULL;
+}
+
+int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) noexcept {
+    this->count(shim::allreduce);
+    const auto library = [&] { return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm); };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    if (count == 0) return pass(pass_reason::empty);
+    if (count < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
+    std::int64_t es = 0;
+    try {
+        es = mpi_reduction(type, op).element_size();
+    } catch (...) {
+        return pass(pass_reason::unsupported);
+    }
+    return collective(shim::allreduce, coll_op::allreduce, comm, es * count, library, [&](const topology& topo) {
+        shunt::allreduce(topo, sendbuf, recvbuf, count, type, op);
+    });
+}
+
+int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
+                    MPI_Comm comm) noexcept {
+    this->count(shim::reduce);
+    const auto library = [&] { return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm); };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    int size = 0, me = 0;
+    if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
+    if (count == 0) return pass(pass_reason::empty);
+    if (count < 0 || root < 0 || root >= size || sendbuf == nullptr || (me == root && (recvbuf == nullptr || sendbuf == recvbuf)))
+        return pass(pass_reason::bad_argument);
+    std::int64_t es = 0;
+    try {
+        es = mpi_reduction(type, op).element_size();
+    } catch (...) {
+        return pass(pass_reason::unsupported);
+    }
+    return collective(shim::reduce, coll_op::reduce, comm, es * count, library, [&](const topology& topo) {
+        shunt::reduce(topo, sendbuf, recvbuf, count, type, op, root);
+    });
+}
+
+int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op op,
+                                  MPI_Comm comm) noexcept {
+    this->count(shim::reduce_scatter_block);
+    const auto library = [&] { return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, type, op, comm); };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    int size = 0;
+    if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
+    if (recvcount == 0) return pass(pass_reason::empty);
+    if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
+    std::int64_t es = 0;
+    try {
+        es = mpi_reduction(type, op).element_size();
+    } catch (...) {
+        return pass(pass_reason::unsupported);
+    }
+    return collective(shim::reduce_scatter_block, coll_op::reduce_scatter_block, comm, es * recvcount * size, library,
+                      [&](const topology& topo) { shunt::reduce_scatter_block(topo, sendbuf, recvbuf, recvcount, type, op); });
+}
+
+int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type, MPI_Op op,
+                            MPI_Comm comm) noexcept {
+    this->count(shim::reduce_scatter);
+    const auto library = [&] { return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, type, op, comm); };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    int size = 0, inter = 0;
+    if (recvcounts == nullptr || sendbuf == recvbuf || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
+        PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
+        return pass(pass_reason::bad_argument);
+    std::int64_t total = 0;
+    for (int r = 0; r < size; ++r) {
+        if (recvcounts[r] < 0) return pass(pass_reason::bad_argument);
+        total += recvcounts[r];
+    }
+    if (total == 0) return pass(pass_reason::empty);
+    std::int64_t es = 0;
+    try {
+        es = mpi_reduction(type, op).element_size();
+    } catch (...) {
+        return pass(pass_reason::unsupported);
+    }
+    return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, library,
+                      [&](const topology& topo) { shunt::reduce_scatter(topo, sendbuf, recvbuf, recvcounts, type, op); });
+}
+
+int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                       MPI_Datatype recvtype, MPI_Comm comm) noexcept {
+    this->count(shim::allgather);
+    const auto library = [&] { return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    const bool in_place = sendbuf == MPI_IN_PLACE;
+    int size = 0, me = 0;
+    if (recvcount == 0) return pass(pass_reason::empty);
+    if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+        PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
+        return pass(pass_reason::bad_argument);
+    const type_facts rt = facts_of(recvtype);
+    const type_facts st = in_place ? rt : facts_of(sendtype);
+    if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
+    const std::int64_t block = recvcount * rt.size;
+    if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
+    return collective(shim::allgather, coll_op::allgather, comm, block * size, library, [&](const topology& topo) {
+        mpi_transport t(topo.comm());
+        byte_image all(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
+        std::byte* mine = all.data() + me * block;
+        if (in_place) {
+            if (all.staged()) {
+                byte_image own(static_cast<char*>(recvbuf) + me * recvcount * rt.extent, recvcount, recvtype, rt);
+                own.pack();
+                std::memcpy(mine, own.data(), static_cast<std::size_t>(block));
+            }
+        } else {
+            byte_image send(const_cast<void*>(sendbuf), sendcount, sendtype, st);
+            send.pack();
+            std::memcpy(mine, send.data(), static_cast<std::size_t>(block));
+        }
+        shunt::allgather(t, topo.groups(), mine, all.data(), block);
+        all.unpack();
+    });
+}
+
+int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
+                        const int displs[], MPI_Datatype recvtype, MPI_Comm comm) noexcept {
+    this->count(shim::allgatherv);
+    const auto library = [&] {
+        return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+    };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    const bool in_place = sendbuf == MPI_IN_PLACE;
+    int size = 0, me = 0, inter = 0;
+    if (recvbuf == nullptr || recvcounts == nullptr || displs == nullptr || sendbuf == recvbuf ||
+        PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+        PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
+        return pass(pass_reason::bad_argument);
+    const type_facts rt = facts_of(recvtype);
+    const type_facts st = in_place ? rt : facts_of(sendtype);
+    if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
+    std::vector<std::int64_t> parts(static_cast<std::size_t>(size));
+    std::int64_t total = 0;
+    bool packed_order = rt.dense;  // the parts already lie in rank order without gaps in recvbuf
+    for (int r = 0; r < size; ++r) {
+        if (recvcounts[r] < 0) return pass(pass_reason::bad_argument);
+        if (displs[r] * rt.size != total) packed_order = false;
+        parts[static_cast<std::size_t>(r)] = recvcounts[r] * rt.size;
+        total += parts[static_cast<std::size_t>(r)];
+    }
+    if (total == 0) return pass(pass_reason::empty);
+    if (!in_place && (sendcount < 0 || sendcount * st.size != parts[static_cast<std::size_t>(me)]))
+        return pass(pass_reason::bad_argument);
+    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, library, [&](const topology& topo) {
+        mpi_transport t(topo.comm());
+        host_buffer staging(packed_order ? 0 : total);
+        std::byte* work = packed_order ? static_cast<std::byte*>(recvbuf) : staging.data();
+        std::int64_t offset = 0;
+        for (int r = 0; r < me; ++r) offset += parts[static_cast<std::size_t>(r)];
+        auto typed = [&](int r) { return static_cast<char*>(recvbuf) + std::int64_t{displs[r]} * rt.extent; };
+        if (in_place) {
+            if (!packed_order) {
+                byte_image own(typed(me), recvcounts[me], recvtype, rt);
+                own.pack();
+                std::memcpy(work + offset, own.data(), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]));
+            }
+        } else {
+            byte_image send(const_cast<void*>(sendbuf), sendcount, sendtype, st);
+            send.pack();
+            std::memcpy(work + offset, send.data(), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]));
+        }
+        shunt::allgatherv(t, topo.groups(), work, parts);
+        if (packed_order) return;
+        offset = 0;
+        for (int r = 0; r < size; ++r) {
+            const std::int64_t n = parts[static_cast<std::size_t>(r)];
+            if (n > 0 && !(in_place && r == me)) {
+                byte_image part(typed(r), recvcounts[r], recvtype, rt);
+                if (part.staged()) {
+                    std::memcpy(part.data(), work + offset, static_cast<std::size_t>(n));
+                    part.unpack();
+                } else {
+                    std::memcpy(part.data(), work + offset, static_cast<std::size_t>(n));
+                }
+            }
+            offset += n;
+        }
+    });
+}
+
+int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) noexcept {
+    this->count(shim::bcast);
+    const auto library = [&] { return PMPI_Bcast(buffer, count, type, root, comm); };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    int size = 0, me = 0, inter = 0;
+    if (count == 0) return pass(pass_reason::empty);
+    if (count < 0 || buffer == nullptr || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
+        PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || root < 0 ||
+        root >= size)
+        return pass(pass_reason::bad_argument);
+    const type_facts f = facts_of(type);
+    if (!f.ok || f.size == 0) return pass(pass_reason::bad_argument);
+    return collective(shim::bcast, coll_op::bcast, comm, count * f.size, library, [&](const topology& topo) {
+        mpi_transport t(topo.comm());
+        byte_image image(buffer, count, type, f);
+        if (me == root) image.pack();
+        shunt::bcast(t, topo.groups(), image.data(), image.bytes(), root);
+        if (me != root) image.unpack();
+    });
+}
+
+int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                      MPI_Datatype recvtype, MPI_Comm comm) noexcept {
+    this->count(shim::alltoall);
+    const auto library = [&] { return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    const bool in_place = sendbuf == MPI_IN_PLACE;
+    int size = 0, inter = 0;
+    if (recvcount == 0) return pass(pass_reason::empty);
+    if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS ||
+        inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
+        return pass(pass_reason::bad_argument);
+    const type_facts rt = facts_of(recvtype);
+    const type_facts st = in_place ? rt : facts_of(sendtype);
+    if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
+    const std::int64_t block = recvcount * rt.size;
+    if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
+    return collective(shim::alltoall, coll_op::alltoall, comm, block * size, library, [&](const topology& topo) {
+        mpi_transport t(topo.comm());
+        byte_image out(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
+        if (in_place) {
+            out.pack();
+            shunt::alltoall(t, topo.groups(), out.data(), out.data(), block);
+        } else {
+            byte_image in(const_cast<void*>(sendbuf), std::int64_t{sendcount} * size, sendtype, st);
+            in.pack();
+            shunt::alltoall(t, topo.groups(), in.data(), out.data(), block);
+        }
+        out.unpack();
+    });
+}
+
+}  // namespace shunt::detail
