@@ -1,9 +1,16 @@
 // src/shunt_info.cpp: the shunt-info tool: shunt's version, its SHUNT_* configuration, the cost
-// model file, and what shunt would decide for a call (no mpirun needed).
+// model file, what shunt would decide for a call, and the topology it sees (that one under mpirun).
 #include <shunt/config.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
+#include <shunt/plan/collective.hpp>
 #include <shunt/plan/planner.hpp>
+#include <shunt/topology/topology.hpp>
+
+#include <mpi.h>
+
+#include <exception>
+#include <vector>
 
 #include <cstdlib>
 #include <memory>
@@ -30,6 +37,11 @@ void usage(std::FILE* to) {
                "  --explain pack|unpack BYTES [BLOCK]\n"
                "                             the decision for (un)packing BYTES in blocks of BLOCK bytes (default 8),\n"
                "                             with every alternative's predicted time, from the model shunt would load\n"
+               "  --explain COLLECTIVE BYTES the decision's alternatives for a collective of BYTES on MPI_COMM_WORLD\n"
+               "                             (allreduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv,\n"
+               "                             bcast, reduce, alltoall), from the model alone; run it under mpirun\n"
+               "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
+               "                             and every rank's place in them; run it under mpirun like the application\n"
                "  --help                     this help\n"
                "  --version                  the shunt version\n",
                to);
@@ -113,9 +125,90 @@ bool parse_positive(const char* text, std::int64_t& out) {
     return true;
 }
 
+/// Runs f(topology) on MPI_COMM_WORLD between MPI_Init and MPI_Finalize; a description error
+/// is reported by rank 0 and fails every rank.
+template <class F>
+int with_world_topology(int argc, char** argv, F f) {
+    MPI_Init(&argc, &argv);
+    int rank = 0, rc = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    try {
+        const shunt::topology& topo = shunt::topology::of(MPI_COMM_WORLD, shunt::config().topology);
+        rc = f(topo);
+    } catch (const std::exception& e) {
+        if (rank == 0) std::fprintf(stderr, "shunt-info: %s\n", e.what());
+        rc = 1;
+    }
+    if (rank == 0) shunt::log_config_warnings();
+    MPI_Finalize();
+    return rc;
+}
+
+int show_topology(int argc, char** argv) {
+    return with_world_topology(argc, argv, [](const shunt::topology& topo) {
+        const int me = topo.rank(), p = topo.size();
+        const shunt::hierarchy& h = topo.groups();
+        char name[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+        int len = 0;
+        MPI_Get_processor_name(name, &len);
+        std::vector<char> names(static_cast<std::size_t>(p) * (MPI_MAX_PROCESSOR_NAME + 1));
+        MPI_Gather(name, MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, 0,
+                   MPI_COMM_WORLD);
+        if (me != 0) return 0;
+        std::printf("%s", topo.describe().c_str());
+        std::printf("cost model shape: %s\n", shunt::coll_shape::of(h).signature().c_str());
+        std::printf("%-6s %-24s", "rank", "host");
+        for (int k = 0; k < h.levels(); ++k) std::printf(" %12s", h.name(k).c_str());
+        std::printf("\n");
+        for (int r = 0; r < p; ++r) {
+            std::printf("%-6d %-24s", r, names.data() + static_cast<std::size_t>(r) * (MPI_MAX_PROCESSOR_NAME + 1));
+            for (int k = 0; k < h.levels(); ++k) std::printf(" %12s", ("group " + std::to_string(h.group_of(k, r))).c_str());
+            std::printf("\n");
+        }
+        return 0;
+    });
+}
+
+int explain_collective(int argc, char** argv, shunt::coll_op op, std::int64_t bytes) {
+    std::string where;
+    auto model = effective_model(where);
+    return with_world_topology(argc, argv, [&](const shunt::topology& topo) {
+        if (topo.rank() != 0) return 0;
+        const shunt::coll_shape shape = shunt::coll_shape::of(topo.groups());
+        shunt::collective_tuner tuner(shape);
+        std::printf("%s of %lld bytes on MPI_COMM_WORLD, shape %s (%s):\n", std::string(shunt::to_string(op)).c_str(),
+                    static_cast<long long>(bytes), shape.signature().c_str(), where.c_str());
+        for (std::size_t m = 0; m < shunt::coll_method_count; ++m) {
+            const auto method = static_cast<shunt::coll_method>(m);
+            const std::string table = shunt::table_names::collective(op, method, shape);
+            std::printf("  %-12s predicted %12.3f us (%s)\n", shunt::coll_method_names[m].data(),
+                        tuner.predict(*model, op, method, static_cast<double>(bytes)) * 1e6,
+                        model->find(table) ? ("measured table " + table).c_str() : "analytic model");
+        }
+        const auto c = shunt::config().coll;
+        if (c != shunt::coll_choice::automatic)
+            std::printf("  SHUNT_COLL=%s forces the choice\n", c == shunt::coll_choice::library ? "library" : "shunt");
+        else
+            std::printf("  in a run, shunt measures both on the first calls of this size class and keeps the faster\n"
+                        "  (its schedule must win by 3%%); with a measured table for both it decides from the tables\n");
+        return 0;
+    });
+}
+
 int explain(int argc, char** argv) {
+    if (argc == 4) {
+        for (std::size_t i = 0; i < shunt::coll_op_names.size(); ++i) {
+            if (std::string_view(argv[2]) != shunt::coll_op_names[i]) continue;
+            std::int64_t bytes = 0;
+            if (!parse_positive(argv[3], bytes)) {
+                std::fprintf(stderr, "shunt-info: BYTES must be a positive integer\n");
+                return 2;
+            }
+            return explain_collective(argc, argv, static_cast<shunt::coll_op>(i), bytes);
+        }
+    }
     if (argc < 4 || argc > 5 || (std::string_view(argv[2]) != "pack" && std::string_view(argv[2]) != "unpack")) {
-        std::fprintf(stderr, "shunt-info: --explain takes pack|unpack BYTES [BLOCK] (try shunt-info --help)\n");
+        std::fprintf(stderr, "shunt-info: --explain takes pack|unpack BYTES [BLOCK] or COLLECTIVE BYTES (try shunt-info --help)\n");
         return 2;
     }
     std::int64_t bytes = 0, block = 8;
@@ -169,6 +262,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (option == "--config") return show_config();
+    if (option == "--topology") return show_topology(argc, argv);
     std::fprintf(stderr, "shunt-info: unknown option '%s' (try shunt-info --help)\n", argv[1]);
     return 2;
 }

@@ -26,8 +26,8 @@ Open MPI (mpirun.openmpi).
   --mca oob_tcp_if_include eth0 --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_links N). Example:
       cluster.sh --nodes 2 -- mpirun -n 4 ./test_collectives
       cluster.sh -- mpirun -n 2 --map-by node ./cluster_link_check --expect-gbit 1
-  Environment for COMMAND: SHUNT_CLUSTER_NODES, SHUNT_CLUSTER_RANKS_PER_NODE,
-  SHUNT_CLUSTER_HOSTFILE, SHUNT_CLUSTER_DIR, SHUNT_CLUSTER_RATE, SHUNT_CLUSTER_DELAY
+  Environment for COMMAND: CLUSTER_NODES, CLUSTER_RANKS_PER_NODE,
+  CLUSTER_HOSTFILE, CLUSTER_DIR, CLUSTER_RATE, CLUSTER_DELAY
   (empty when the delay could not be emulated).
 
 Options:
@@ -193,8 +193,8 @@ log "running: $*"
 # In the background with `wait`, so that a signal to this script is handled at once (bash runs
 # traps only between foreground commands) and the teardown stops everything in the cluster.
 ip netns exec "$head" env PATH="$workdir/bin:$PATH" \
-    SHUNT_CLUSTER_DIR="$workdir" SHUNT_CLUSTER_NODES="$nodes" SHUNT_CLUSTER_RANKS_PER_NODE="$slots" \
-    SHUNT_CLUSTER_HOSTFILE="$workdir/hostfile" SHUNT_CLUSTER_RATE="$rate" SHUNT_CLUSTER_DELAY="$effective_delay" \
+    CLUSTER_DIR="$workdir" CLUSTER_NODES="$nodes" CLUSTER_RANKS_PER_NODE="$slots" \
+    CLUSTER_HOSTFILE="$workdir/hostfile" CLUSTER_RATE="$rate" CLUSTER_DELAY="$effective_delay" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     timeout --kill-after=10 "$limit" unshare --uts /bin/sh -c 'hostname head && exec "$@"' cluster-head "$@" <&0 &
 set +e

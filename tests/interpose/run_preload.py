@@ -213,7 +213,7 @@ def check_tools(args):
 
     p, c = tool([info, "--config"])
     expect(p.returncode == 0 and p.stderr == "", "shunt-info --config must succeed quietly", p, c)
-    for name in ["SHUNT_DISABLE", "SHUNT_LOG", "SHUNT_LOG_FILE", "SHUNT_REPORT", "SHUNT_PACK"]:
+    for name in ["SHUNT_DISABLE", "SHUNT_LOG", "SHUNT_LOG_FILE", "SHUNT_REPORT", "SHUNT_PACK", "SHUNT_COLL"]:
         m = re.search(rf"^{name} \((\S[^,]*), default ([^)]*)\)\n    current:  (.*)\n    (.+)\n    accepted: (.+)$",
                       p.stdout, re.M)
         expect(m is not None, f"shunt-info --config: no complete entry for {name}", p, c)
@@ -235,6 +235,20 @@ def check_tools(args):
     p, c = tool([info, "--frobnicate"])
     expect(p.returncode == 2 and "unknown option '--frobnicate'" in p.stderr and p.stdout == "",
            "an unknown option must fail with exit status 2", p, c)
+
+    # The topology and collective explanations initialise MPI (a singleton here: one rank).
+    p, c = tool([info, "--topology"], {"SHUNT_TOPOLOGY": "node=1"})
+    expect(p.returncode == 0 and p.stdout.startswith("topology 'node=1' of 1 rank") and
+           "cost model shape: p1" in p.stdout and re.search(r"^0\s+\S+", p.stdout, re.M), "shunt-info --topology", p, c)
+    p, c = tool([info, "--topology"], {"SHUNT_TOPOLOGY": "node=(1"})
+    expect(p.returncode == 1 and "topology description 'node=(1'" in p.stderr, "shunt-info --topology must reject a bad "
+           "SHUNT_TOPOLOGY with the reason", p, c)
+    p, c = tool([info, "--explain", "allreduce", "1048576"])
+    expect(p.returncode == 0 and re.search(r"^allreduce of 1048576 bytes on MPI_COMM_WORLD, shape p1", p.stdout, re.M) and
+           re.search(r"^  library\s+predicted\s+[0-9.]+ us", p.stdout, re.M) and
+           re.search(r"^  hierarchical\s+predicted\s+[0-9.]+ us", p.stdout, re.M), "shunt-info --explain allreduce", p, c)
+    p, c = tool([info, "--explain", "allreduce", "-5"])
+    expect(p.returncode == 2 and p.stdout == "", "shunt-info --explain with a bad size must fail with usage", p, c)
 
     run = os.path.abspath(args.shunt_run)
     p, c = tool([run, "--library"])

@@ -1,0 +1,263 @@
+// bench/coll.cpp: bench-coll, the MPI library's collectives against shunt's (the planner's choice, and its hierarchical schedule forced), in one job, with nccl-tests' algorithm and bus bandwidth.
+#include "harness.hpp"
+
+#include <shunt/collectives/allgather.hpp>
+#include <shunt/collectives/allreduce.hpp>
+#include <shunt/collectives/alltoall.hpp>
+#include <shunt/collectives/bcast.hpp>
+#include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/reduce.hpp>
+#include <shunt/collectives/reduce_scatter_block.hpp>
+#include <shunt/topology/topology.hpp>
+
+#include <mpi.h>
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace shunt::bench;
+
+struct op_info {
+    const char* name;
+    double bus_factor_num;  ///< busbw = algbw * factor(p), nccl-tests' conventions
+    int kind;               ///< 0: (p-1)/p * 2 (allreduce), 1: (p-1)/p, 2: 1
+};
+constexpr std::array<op_info, 6> ops = {{{"allreduce", 2, 0},
+                                         {"reduce_scatter", 1, 1},
+                                         {"allgather", 1, 1},
+                                         {"alltoall", 1, 1},
+                                         {"bcast", 1, 2},
+                                         {"reduce", 1, 2}}};
+
+double bus_factor(const op_info& op, int p) {
+    if (op.kind == 2 || p <= 1) return 1;
+    return op.bus_factor_num * static_cast<double>(p - 1) / p;
+}
+
+std::string object_of(void* fn) {
+    Dl_info info{};
+    return dladdr(fn, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
+}
+
+/// The buffers of one (operation, size): `bytes` is nccl-tests' size (the whole vector of a
+/// reduction, the gathered buffer, alltoall's send buffer), a multiple of 8 * ranks.
+struct buffers {
+    std::vector<double> in, out, check;
+};
+
+/// Times `variants` collectively: every trial runs each variant once (after a barrier), in
+/// rotating order; a trial's time is the slowest rank's; the best trial is kept. The trial
+/// count is decided on rank 0 and shared, so all ranks run the same calls.
+std::vector<double> measure_collective(const std::vector<std::function<void()>>& variants, const options& o,
+                                       int warmup) {
+    const std::size_t n = variants.size();
+    std::vector<double> local(n, 0);
+    for (std::size_t v = 0; v < n; ++v)
+        for (int w = 0; w < warmup; ++w) {
+            PMPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = MPI_Wtime();
+            variants[v]();
+            local[v] = MPI_Wtime() - t0;
+        }
+    // Calls per trial (about 2 ms of the slowest variant, 1000 at most) and the number of trials
+    // that fit --time: from the slowest rank's warm-up, the same on every rank.
+    std::vector<double> slowest(n);
+    PMPI_Allreduce(local.data(), slowest.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const double call = std::max(*std::max_element(slowest.begin(), slowest.end()), 1e-7);
+    const int reps = o.reps > 0 ? static_cast<int>(std::min<std::int64_t>(o.reps, 1 << 20))
+                                : static_cast<int>(std::clamp(2e-3 / call, 1.0, 1000.0));
+    const double per_trial = call * reps * static_cast<double>(n);
+    const int trials = static_cast<int>(std::clamp<double>(o.time_s / per_trial, 3, o.trials));
+    std::vector<double> best(n, std::numeric_limits<double>::infinity());
+    std::vector<double> times(n), mx(n);
+    for (int t = 0; t < trials; ++t) {
+        for (std::size_t j = 0; j < n; ++j) {
+            const std::size_t v = (static_cast<std::size_t>(t) + j) % n;
+            PMPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = MPI_Wtime();
+            for (int r = 0; r < reps; ++r) variants[v]();
+            times[v] = (MPI_Wtime() - t0) / reps;
+        }
+        PMPI_Allreduce(times.data(), mx.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        for (std::size_t v = 0; v < n; ++v) best[v] = std::min(best[v], mx[v]);
+    }
+    return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    bool quick = false;
+    std::string only;
+    cli line("bench-coll",
+             "Times the collectives of the MPI library (PMPI_*) against shunt's (MPI_* in libshunt: the cost\n"
+             "model's choice between the library and shunt's hierarchical schedule) and against shunt's\n"
+             "hierarchical schedule forced (the header API), in one job on MPI_COMM_WORLD. Every row first checks\n"
+             "that shunt's results equal the library's (the data are small integers, so sums are exact).");
+    line.flag("--quick", "small sizes for a CI smoke test: 4K..256K, 3 trials", [&] { quick = true; });
+    line.option("--ops", "LIST", "comma-separated subset of allreduce,reduce_scatter,allgather,alltoall,\n"
+                "bcast,reduce (default all)", [&](const std::string& v) { only = "," + v + ","; });
+    line.epilog(
+        "Sizes are nccl-tests' (default 4K..256M, x4): the reduced vector (allreduce, reduce), the whole\n"
+        "send buffer (reduce_scatter = MPI_Reduce_scatter_block, alltoall), the whole receive buffer\n"
+        "(allgather), the message (bcast). algbw = size / time; busbw = algbw * 2(p-1)/p (allreduce),\n"
+        "(p-1)/p (reduce_scatter, allgather, alltoall), 1 (bcast, reduce). lib, shunt and hier are the\n"
+        "library, shunt's planner (through the shims) and shunt's hierarchical schedule forced;\n"
+        "shunt/lib and hier/lib are library time / their time (above 1: faster than the library). The\n"
+        "planner measures both methods on its first calls of each size class (its warm-up here). The\n"
+        "topology is SHUNT_TOPOLOGY's, else discovered (nodes by shared memory).");
+    options o = line.parse(argc, argv);
+    if (!o.was_given("--trials")) o.trials = quick ? 3 : 10;
+    if (!o.was_given("--time")) o.time_s = quick ? 0.3 : 3;
+    std::vector<std::int64_t> sizes = o.sizes;
+    if (sizes.empty()) {
+        for (std::int64_t s = 4 << 10; s <= (quick ? std::int64_t{256} << 10 : std::int64_t{256} << 20); s *= 4)
+            sizes.push_back(s);
+    }
+    auto wanted = [&](const char* name) { return only.empty() || only.find("," + std::string(name) + ",") != std::string::npos; };
+    if (o.list) {
+        for (const auto& op : ops)
+            for (auto s : sizes)
+                if (wanted(op.name) && o.selected(std::string(op.name) + "/" + format_bytes(s)))
+                    std::printf("%s/%s\n", op.name, format_bytes(s).c_str());
+        return 0;
+    }
+    void* const shim = reinterpret_cast<void*>(&MPI_Allreduce);
+    void* const real = reinterpret_cast<void*>(&PMPI_Allreduce);
+    if (shim == real || object_of(shim) == object_of(real)) {
+        std::fprintf(stderr, "bench-coll: MPI_Allreduce resolves to the MPI library (%s), not to shunt's shims; build\n"
+                             "it linked with libshunt (as bench/meson.build does) or run it with LD_PRELOAD=libshunt.so.\n",
+                     object_of(real).c_str());
+        return 1;
+    }
+
+    MPI_Init(&argc, &argv);
+    int rank = 0, p = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &p);
+    int rc = 0;
+    try {
+        const char* spec = std::getenv("SHUNT_TOPOLOGY");
+        const shunt::topology& topo = shunt::topology::of(MPI_COMM_WORLD, spec ? spec : "");
+        std::optional<table> out;  // rank 0 prints
+        if (rank == 0)
+            out.emplace(std::vector<column>{{"op", 14, "op", true},
+                   {"size", 6, "bytes"},
+                   {"lib algbw", 9, "library_algbw_gbs"},
+                   {"lib busbw", 9, "library_busbw_gbs"},
+                   {"shunt busbw", 11, "shunt_busbw_gbs"},
+                   {"hier busbw", 10, "hier_busbw_gbs"},
+                   {"shunt/lib", 9, "shunt_over_library"},
+                   {"hier/lib", 8, "hier_over_library"}},
+                  o);
+        if (rank == 0) {
+            char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+            int len = 0;
+            MPI_Get_library_version(version, &len);
+            std::string v(version, static_cast<std::size_t>(len));
+            out->note("bench-coll: " + std::to_string(p) + " ranks; library = " + v.substr(0, v.find_first_of("\r\n")));
+            std::string d = topo.describe();
+            for (std::size_t at = 0; (at = d.find('\n', at)) != std::string::npos && at + 1 < d.size();) d.replace(at, 1, "; ");
+            if (!d.empty() && d.back() == '\n') d.pop_back();
+            out->note(d);
+            out->note("best of up to " + std::to_string(o.trials) + " interleaved trials of about 2 ms or more (the slowest rank's time), GB/s = 1e9 B/s");
+        }
+        shunt::mpi_transport t(topo.comm());
+        std::int64_t mismatches = 0;
+        for (const auto& op : ops) {
+            if (!wanted(op.name)) continue;
+            for (std::int64_t size : sizes) {
+                const std::string row = std::string(op.name) + "/" + format_bytes(size);
+                if (!o.selected(row)) continue;
+                const std::int64_t unit = 8 * static_cast<std::int64_t>(p);
+                const std::int64_t bytes = std::max(unit, size / unit * unit);
+                const std::int64_t n = bytes / 8, per = n / p;
+                const bool gather = std::string(op.name) == "allgather";
+                std::vector<double> in(static_cast<std::size_t>(gather ? per : n)), lib(static_cast<std::size_t>(n)),
+                    mine(static_cast<std::size_t>(n)), hier(static_cast<std::size_t>(n));
+                for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>((i * 7 + static_cast<std::size_t>(rank) * 3) % 11);
+                std::function<void(int)> call;  // 0 library, 1 shunt's shims, 2 hierarchical forced
+                const std::string name = op.name;
+                if (name == "allreduce")
+                    call = [&](int v) {
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
+                        if (v == 0) PMPI_Allreduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                        else if (v == 1) MPI_Allreduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                        else shunt::allreduce(topo, in.data(), o2, n, MPI_DOUBLE, MPI_SUM);
+                    };
+                else if (name == "reduce_scatter")
+                    call = [&](int v) {
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
+                        if (v == 0) PMPI_Reduce_scatter_block(in.data(), o2, static_cast<int>(per), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                        else if (v == 1) MPI_Reduce_scatter_block(in.data(), o2, static_cast<int>(per), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                        else shunt::reduce_scatter_block(topo, in.data(), o2, per, MPI_DOUBLE, MPI_SUM);
+                    };
+                else if (name == "allgather")
+                    call = [&](int v) {
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
+                        if (v == 0) PMPI_Allgather(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
+                        else if (v == 1) MPI_Allgather(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
+                        else shunt::allgather(topo, in.data(), o2, per, MPI_DOUBLE);
+                    };
+                else if (name == "alltoall")
+                    call = [&](int v) {
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
+                        if (v == 0) PMPI_Alltoall(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
+                        else if (v == 1) MPI_Alltoall(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
+                        else shunt::alltoall(topo, in.data(), o2, per, MPI_DOUBLE);
+                    };
+                else if (name == "bcast")
+                    call = [&](int v) {
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
+                        if (rank == 0) std::memcpy(o2, in.data(), static_cast<std::size_t>(bytes));
+                        if (v == 0) PMPI_Bcast(o2, static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+                        else if (v == 1) MPI_Bcast(o2, static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+                        else shunt::bcast(topo, o2, n, MPI_DOUBLE, 0);
+                    };
+                else
+                    call = [&](int v) {
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
+                        if (v == 0) PMPI_Reduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+                        else if (v == 1) MPI_Reduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+                        else shunt::reduce(topo, in.data(), o2, n, MPI_DOUBLE, MPI_SUM, 0);
+                    };
+                std::vector<std::function<void()>> variants = {[&] { call(0); }, [&] { call(1); }, [&] { call(2); }};
+                // Warm-up: 7 calls let the planner measure both methods (3 each) and decide.
+                const auto best = measure_collective(variants, o, 7);
+                const bool rooted = name == "reduce";
+                if ((!rooted || rank == 0) && (std::memcmp(lib.data(), mine.data(), static_cast<std::size_t>(bytes)) != 0 ||
+                                               std::memcmp(lib.data(), hier.data(), static_cast<std::size_t>(bytes)) != 0))
+                    ++mismatches;
+                const double f = bus_factor(op, p);
+                auto bw = [&](double s) { return static_cast<double>(bytes) / s / 1e9; };
+                if (rank == 0)
+                    out->row({text_cell(name), bytes_cell(bytes), number_cell(bw(best[0]), 3), number_cell(bw(best[0]) * f, 3),
+                         number_cell(bw(best[1]) * f, 3), number_cell(bw(best[2]) * f, 3), number_cell(best[0] / best[1], 2),
+                         number_cell(best[0] / best[2], 2)});
+            }
+        }
+        std::int64_t all_mismatches = 0;
+        PMPI_Allreduce(&mismatches, &all_mismatches, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+        if (all_mismatches != 0) {
+            if (rank == 0) std::fprintf(stderr, "bench-coll: %lld rows where shunt's results differ from the library's\n",
+                                        static_cast<long long>(all_mismatches));
+            rc = 1;
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench-coll: %s\n", e.what());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Finalize();
+    return rc;
+}
