@@ -16,6 +16,7 @@
 #include <shunt/model/measure.hpp>
 #include <shunt/topology/topology.hpp>
 
+#include <atomic>
 #include <cinttypes>
 #include <cmath>
 #include <climits>
@@ -44,7 +45,12 @@ struct runtime::coll_context {
 
 namespace {
 
+/// Changes whenever a context is deleted, so that per-thread lookups cached by communicator
+/// handle (which the library may reuse for a new communicator) are dropped.
+std::atomic<std::uint64_t> context_epoch{0};
+
 int context_delete_fn(MPI_Comm, int, void* value, void*) {
+    context_epoch.fetch_add(1, std::memory_order_acq_rel);
     delete static_cast<runtime::coll_context*>(value);
     return MPI_SUCCESS;
 }
@@ -141,7 +147,33 @@ const char* method_text(coll_method m) { return m == coll_method::library ? "the
 
 }  // namespace
 
+runtime::coll_context* runtime::existing_context(MPI_Comm comm) noexcept {
+    struct last_lookup {
+        MPI_Comm comm = MPI_COMM_NULL;
+        coll_context* ctx = nullptr;
+        std::uint64_t epoch = 0;
+    };
+    static thread_local last_lookup last;
+    const std::uint64_t epoch = context_epoch.load(std::memory_order_acquire);
+    if (last.ctx != nullptr && last.comm == comm && last.epoch == epoch) return last.ctx;
+    const int keyval = context_keyval();
+    if (keyval == MPI_KEYVAL_INVALID) return nullptr;
+    void* value = nullptr;
+    int found = 0;
+    if (PMPI_Comm_get_attr(comm, keyval, &value, &found) != MPI_SUCCESS || !found) return nullptr;
+    last = {comm, static_cast<coll_context*>(value), epoch};
+    return last.ctx;
+}
+
+bool runtime::settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes) noexcept {
+    coll_context* ctx = existing_context(comm);
+    if (ctx == nullptr || !ctx->usable || ctx->tuner->settled(op, bytes) != coll_method::library) return false;
+    ctx->tuner->count_settled(op, bytes);
+    return true;
+}
+
 runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
+    if (coll_context* known = existing_context(comm)) return known;
     const int keyval = context_keyval();
     if (keyval == MPI_KEYVAL_INVALID) return nullptr;
     void* value = nullptr;
@@ -280,6 +312,9 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
     };
     if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
     if (count == 0) return pass(pass_reason::empty);
+    if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
+                    settled_on_library(comm, coll_op::allreduce, std::int64_t{count} * ts))
+        return pass(pass_reason::planned);
     if (count < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     try {
@@ -304,6 +339,9 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
     int size = 0, me = 0;
     if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (count == 0) return pass(pass_reason::empty);
+    if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
+        settled_on_library(comm, coll_op::reduce, std::int64_t{count} * ts))
+        return pass(pass_reason::planned);
     if (count < 0 || root < 0 || root >= size || sendbuf == nullptr || (me == root && (recvbuf == nullptr || sendbuf == recvbuf)))
         return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
@@ -329,6 +367,9 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
     int size = 0;
     if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (recvcount == 0) return pass(pass_reason::empty);
+    if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
+        settled_on_library(comm, coll_op::reduce_scatter_block, std::int64_t{recvcount} * ts * np))
+        return pass(pass_reason::planned);
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     try {
@@ -381,6 +422,9 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
     const bool in_place = sendbuf == MPI_IN_PLACE;
     int size = 0, me = 0;
     if (recvcount == 0) return pass(pass_reason::empty);
+    if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(recvtype, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
+        settled_on_library(comm, coll_op::allgather, std::int64_t{recvcount} * ts * np))
+        return pass(pass_reason::planned);
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
         PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
@@ -488,6 +532,9 @@ int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Com
     if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
     int size = 0, me = 0, inter = 0;
     if (count == 0) return pass(pass_reason::empty);
+    if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
+        settled_on_library(comm, coll_op::bcast, std::int64_t{count} * ts))
+        return pass(pass_reason::planned);
     if (count < 0 || buffer == nullptr || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || root < 0 ||
         root >= size)
@@ -515,6 +562,9 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
     const bool in_place = sendbuf == MPI_IN_PLACE;
     int size = 0, inter = 0;
     if (recvcount == 0) return pass(pass_reason::empty);
+    if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(recvtype, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
+        settled_on_library(comm, coll_op::alltoall, std::int64_t{recvcount} * ts * np))
+        return pass(pass_reason::planned);
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS ||
         inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);

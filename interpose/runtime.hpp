@@ -113,6 +113,11 @@ private:
     bool collectives_on(MPI_Comm comm) noexcept;
     /// comm's context, built on first use (collective over comm); nullptr when comm is not valid.
     coll_context* context(MPI_Comm comm) noexcept;
+    /// comm's context if it has one (never collective; cached per thread).
+    coll_context* existing_context(MPI_Comm comm) noexcept;
+    /// True when comm's planner has settled on the library for (op, bytes): the lock-free path
+    /// taken before any other check (counted as a planned pass by the caller).
+    bool settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes) noexcept;
     /// The planner's choice, shunt's schedule (`run`) or the library (`library`), timing, counting.
     template <class Library, class Shunt>
     int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, Library library, Shunt run) noexcept;

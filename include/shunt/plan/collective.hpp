@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -214,6 +215,7 @@ public:
         }
         pick p;
         if (e.decided) {
+            settle(k, e.d.method);
             ++e.d.taken;
             p.method = e.d.method;
             p.fresh = fresh;
@@ -241,7 +243,20 @@ public:
         e.d.measured = agreed;
         e.d.method = better(agreed);
         e.decided = true;
+        settle(key{op, size_class(bytes)}, e.d.method);
         return true;
+    }
+
+    /// The decision for (op, bytes) once it is made, without locking: the hot path of every
+    /// later call is one atomic load (and count_settled(), one relaxed increment).
+    std::optional<coll_method> settled(coll_op op, std::int64_t bytes) const noexcept {
+        const std::uint8_t v = settled_[slot(op, size_class(bytes))].load(std::memory_order_acquire);
+        if (v == 0) return std::nullopt;
+        return static_cast<coll_method>(v - 1);
+    }
+    /// Counts a call that took its settled() decision without choose().
+    void count_settled(coll_op op, std::int64_t bytes) noexcept {
+        fast_taken_[slot(op, size_class(bytes))].fetch_add(1, std::memory_order_relaxed);
     }
 
     /// True when no call has been planned yet.
@@ -254,8 +269,12 @@ public:
     template <class F>
     void for_each(F&& f) const {
         std::lock_guard lock(mutex_);
-        for (const auto& [k, e] : entries_)
-            if (e.decided) f(e.d);
+        for (const auto& [k, e] : entries_) {
+            if (!e.decided) continue;
+            coll_decision d = e.d;
+            d.taken += fast_taken_[slot(k.op, k.size_class)].load(std::memory_order_relaxed);
+            f(d);
+        }
     }
 
     /// The model's prediction for one method: its measured table for this shape when there is
@@ -291,6 +310,14 @@ private:
         }
         return true;
     }
+    static constexpr std::size_t size_classes = 65;
+    static std::size_t slot(coll_op op, int size_class) {
+        return static_cast<std::size_t>(op) * size_classes + static_cast<std::size_t>(size_class);
+    }
+    void settle(const key& k, coll_method m) {
+        settled_[slot(k.op, k.size_class)].store(static_cast<std::uint8_t>(static_cast<int>(m) + 1), std::memory_order_release);
+    }
+
     coll_method better(const std::array<double, coll_method_count>& t) const {
         const double lib = t[static_cast<std::size_t>(coll_method::library)];
         const double hier = t[static_cast<std::size_t>(coll_method::hierarchical)];
@@ -302,6 +329,10 @@ private:
     double margin_;
     mutable std::mutex mutex_;
     std::map<key, entry> entries_;
+    /// Per (op, size class): 0 while undecided, else the method + 1; and the calls that took it
+    /// through settled().
+    std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes> settled_{};
+    std::array<std::atomic<std::uint64_t>, coll_op_names.size() * size_classes> fast_taken_{};
 };
 
 }  // namespace shunt
