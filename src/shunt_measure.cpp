@@ -1,9 +1,19 @@
 // shunt-measure: measures this machine's cost model tables (packing, copies, point-to-point per
-// locality level) and writes the model file; also validates predictions and pack decisions.
+// locality level, collectives per algorithm on this job's topology) and writes the model file;
+// also validates predictions and decisions.
 #include <shunt/config.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/measure.hpp>
+#include <shunt/collectives/allgather.hpp>
+#include <shunt/collectives/allreduce.hpp>
+#include <shunt/collectives/alltoall.hpp>
+#include <shunt/collectives/bcast.hpp>
+#include <shunt/collectives/reduce.hpp>
+#include <shunt/collectives/reduce_scatter_block.hpp>
+#include <shunt/model/stats.hpp>
+#include <shunt/plan/collective.hpp>
 #include <shunt/plan/pack.hpp>
+#include <shunt/topology/topology.hpp>
 
 #include <mpi.h>
 
@@ -133,6 +143,72 @@ void find_peers(int& node_peer, int& network_peer) {
     }
 }
 
+/// The collectives with tables, as the planner names them.
+constexpr coll_op measured_collectives[] = {coll_op::allreduce, coll_op::reduce_scatter_block, coll_op::allgather,
+                                            coll_op::alltoall,  coll_op::bcast,               coll_op::reduce};
+
+/// One call of `op` by `m` on MPI_COMM_WORLD moving `bytes` (nccl-tests' sizes: the reduced
+/// vector, the whole send buffer of reduce-scatter and alltoall, the gathered buffer, the
+/// message), on doubles; the buffers live in the returned callable.
+std::function<void()> collective_call(coll_op op, coll_method m, const topology& topo, std::int64_t bytes) {
+    const int p = topo.size();
+    const std::int64_t n = std::max<std::int64_t>(p, bytes / 8 / p * p), per = n / p;
+    auto in = std::make_shared<std::vector<double>>(static_cast<std::size_t>(n), 1.0);
+    auto out = std::make_shared<std::vector<double>>(static_cast<std::size_t>(n), 0.0);
+    const bool lib = m == coll_method::library;
+    const MPI_Comm w = MPI_COMM_WORLD;
+    const int cn = static_cast<int>(n), cp = static_cast<int>(per);
+    switch (op) {
+        case coll_op::allreduce:
+            return [=, &topo] { lib ? (void)PMPI_Allreduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, w)
+                                    : allreduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM); };
+        case coll_op::reduce_scatter_block:
+            return [=, &topo] { lib ? (void)PMPI_Reduce_scatter_block(in->data(), out->data(), cp, MPI_DOUBLE, MPI_SUM, w)
+                                    : reduce_scatter_block(topo, in->data(), out->data(), per, MPI_DOUBLE, MPI_SUM); };
+        case coll_op::allgather:
+            return [=, &topo] { lib ? (void)PMPI_Allgather(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
+                                    : allgather(topo, in->data(), out->data(), per, MPI_DOUBLE); };
+        case coll_op::alltoall:
+            return [=, &topo] { lib ? (void)PMPI_Alltoall(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
+                                    : alltoall(topo, in->data(), out->data(), per, MPI_DOUBLE); };
+        case coll_op::bcast:
+            return [=, &topo] { lib ? (void)PMPI_Bcast(out->data(), cn, MPI_DOUBLE, 0, w) : bcast(topo, out->data(), n, MPI_DOUBLE, 0); };
+        default:
+            return [=, &topo] { lib ? (void)PMPI_Reduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, 0, w)
+                                    : reduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, 0); };
+    }
+}
+
+/// The table of one collective method on every rank: per size, batches of calls after a
+/// barrier, each batch's time the slowest rank's; batch length and count set by rank 0 so all
+/// ranks make the same calls. Returned on every rank (rank 0's is saved).
+time_table measure_collective(coll_op op, coll_method m, const topology& topo, std::span<const double> sizes,
+                              const timing_policy& pol) {
+    std::vector<table_point> points;
+    for (const double size : sizes) {
+        const auto call = collective_call(op, m, topo, static_cast<std::int64_t>(size));
+        auto batch = [&](std::int64_t reps) {
+            PMPI_Barrier(MPI_COMM_WORLD);
+            const double t0 = detail::now_s();
+            for (std::int64_t r = 0; r < reps; ++r) call();
+            double t = (detail::now_s() - t0) / static_cast<double>(reps), slowest = 0;
+            SHUNT_CHECK_MPI(PMPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+            return slowest;
+        };
+        const double once = batch(1);
+        std::int64_t reps = std::clamp<std::int64_t>(static_cast<std::int64_t>(pol.batch_s * 20 / std::max(once, 1e-9)), 1, 1000);
+        SHUNT_CHECK_MPI(PMPI_Bcast(&reps, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
+        std::vector<double> samples;
+        for (int k = 0; k < pol.warmup + pol.min_samples; ++k) {
+            const double t = batch(reps);
+            if (k >= pol.warmup) samples.push_back(t);
+        }
+        const auto e = robust_summary(samples);
+        points.push_back({size, e.value, e.spread});
+    }
+    return time_table(std::move(points));
+}
+
 std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer) {
     const timing_policy pol = o.full ? full_timing() : quick_timing();
     const std::vector<std::int64_t> block_lens =
@@ -156,14 +232,37 @@ std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer) 
     if (network_peer > 0)
         tasks.push_back({table_names::p2p("network", "hh"), true,
                          [=] { return measure_p2p(MPI_COMM_WORLD, 0, network_peer, p2p_sizes, pol); }});
+    // Collectives on this job's topology (SHUNT_TOPOLOGY, else discovered), both methods; the
+    // planner uses them for communicators of the same shape instead of measuring in the run.
+    int size = 1;
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) {
+        const topology& topo = topology::of(MPI_COMM_WORLD, config().topology);
+        const coll_shape shape = coll_shape::of(topo.groups());
+        const auto coll_sizes = o.full ? geometric_sizes(4 << 10, 64 << 20, 4) : geometric_sizes(4 << 10, 4 << 20, 4);
+        for (const coll_op op : measured_collectives)
+            for (const coll_method m : {coll_method::library, coll_method::hierarchical})
+                tasks.push_back({table_names::collective(op, m, shape), true, [=, &topo] {
+                                     return measure_collective(op, m, topo, coll_sizes, pol);
+                                 }});
+    }
     return tasks;
+}
+
+/// The operation and method of a collective table's name (coll.<op>.<method>.<shape>).
+void parse_collective_table(const std::string& name, coll_op& op, coll_method& m) {
+    const auto a = name.find('.') + 1, b = name.find('.', a), c = name.find('.', b + 1);
+    const std::string op_name = name.substr(a, b - a), method = name.substr(b + 1, c - b - 1);
+    for (std::size_t i = 0; i < coll_op_names.size(); ++i)
+        if (coll_op_names[i] == op_name) op = static_cast<coll_op>(i);
+    m = method == "library" ? coll_method::library : coll_method::hierarchical;
 }
 
 /// Re-measures each table at held-out sizes and prints its prediction error.
 void validate(const cost_model& m, const std::vector<task>& tasks, const options& o, int rank) {
     const timing_policy pol = o.full ? full_timing() : quick_timing();
-    if (rank == 0) std::printf("%-26s %8s %10s %10s\n", "table", "points", "median%", "max%");
-    std::vector<double> all_pack, all_p2p;
+    if (rank == 0) std::printf("%-40s %8s %10s %10s\n", "table", "points", "median%", "max%");
+    std::vector<double> all_pack, all_p2p, all_coll;
     int node_peer = -1, network_peer = -1;
     find_peers(node_peer, network_peer);
     for (const auto& t : tasks) {
@@ -180,6 +279,11 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         if (t.name.rfind("p2p.", 0) == 0) {
             const int peer = t.name.find(".network.") != std::string::npos ? network_peer : node_peer;
             measured = measure_p2p(MPI_COMM_WORLD, 0, peer, sizes, pol);
+        } else if (t.name.rfind("coll.", 0) == 0) {
+            coll_op op{};
+            coll_method method{};
+            parse_collective_table(t.name, op, method);
+            measured = measure_collective(op, method, topology::of(MPI_COMM_WORLD, config().topology), sizes, pol);
         } else if (rank == 0) {
             if (t.name == "copy.memcpy") {
                 measured = measure_memcpy(sizes, pol);
@@ -193,14 +297,16 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         if (rank != 0) continue;
         const auto errs = percentage_errors(m, t.name, measured);
         if (errs.empty()) continue;
-        (t.name.rfind("p2p.", 0) == 0 ? all_p2p : all_pack).insert(
-            (t.name.rfind("p2p.", 0) == 0 ? all_p2p : all_pack).end(), errs.begin(), errs.end());
-        std::printf("%-26s %8zu %9.1f%% %9.1f%%\n", t.name.c_str(), errs.size(), median(errs),
+        auto& group = t.name.rfind("p2p.", 0) == 0 ? all_p2p : t.name.rfind("coll.", 0) == 0 ? all_coll : all_pack;
+        group.insert(group.end(), errs.begin(), errs.end());
+        std::printf("%-40s %8zu %9.1f%% %9.1f%%\n", t.name.c_str(), errs.size(), median(errs),
                     *std::max_element(errs.begin(), errs.end()));
     }
     if (rank == 0) {
         if (!all_pack.empty()) std::printf("validate pack+copy median_ape=%.1f%% points=%zu\n", median(all_pack), all_pack.size());
         if (!all_p2p.empty()) std::printf("validate p2p median_ape=%.1f%% points=%zu\n", median(all_p2p), all_p2p.size());
+        if (!all_coll.empty())
+            std::printf("validate collectives median_ape=%.1f%% points=%zu\n", median(all_coll), all_coll.size());
     }
 }
 
@@ -229,6 +335,41 @@ void check_decisions(const cost_model& m, const options& o, int rank) {
                         picked_host ? "shunt" : "library", sh <= lib ? "shunt" : "library", slowdown);
         }
     std::printf("decisions fastest=%d/%d worst_slowdown=%.2f\n", fastest, total, worst);
+}
+
+/// For each collective and a grid of sizes between the table's points: the planner's pick
+/// from the model (as a run with these tables decides) against both methods measured now.
+void check_collective_decisions(const cost_model& m, const options& o, int rank) {
+    int size = 1;
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2) return;
+    const timing_policy pol = o.full ? full_timing() : quick_timing();
+    const topology& topo = topology::of(MPI_COMM_WORLD, config().topology);
+    collective_tuner tuner(coll_shape::of(topo.groups()), 0);
+    const auto agree = [](double* v, int n) { SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)); };
+    const std::vector<double> sizes = {8192, 131072, 2097152};
+    int fastest = 0, total = 0;
+    double worst = 1;
+    if (rank == 0)
+        std::printf("%-22s %-10s %12s %12s %-13s %-13s %8s\n", "collective", "bytes", "library_s", "hier_s", "picked",
+                    "fastest", "slowdown");
+    for (const coll_op op : measured_collectives)
+        for (const double s : sizes) {
+            const auto pick = tuner.choose(m, op, static_cast<std::int64_t>(s), std::nullopt, agree).method;
+            const std::vector<double> one{s};
+            const double lib = measure_collective(op, coll_method::library, topo, one, pol).points().front().time;
+            const double hier = measure_collective(op, coll_method::hierarchical, topo, one, pol).points().front().time;
+            const double picked = pick == coll_method::library ? lib : hier, best = std::min(lib, hier);
+            const double slowdown = best > 0 ? picked / best : 1;
+            worst = std::max(worst, slowdown);
+            fastest += picked == best;
+            ++total;
+            if (rank == 0)
+                std::printf("%-22s %-10.0f %12.3g %12.3g %-13s %-13s %8.2f\n", std::string(to_string(op)).c_str(), s, lib,
+                            hier, coll_method_names[static_cast<std::size_t>(pick)].data(),
+                            lib <= hier ? "library" : "hierarchical", slowdown);
+        }
+    if (rank == 0) std::printf("collective decisions fastest=%d/%d worst_slowdown=%.2f\n", fastest, total, worst);
 }
 
 }  // namespace
@@ -296,7 +437,18 @@ int main(int argc, char** argv) {
             }
         }
         if (o.validate) validate(model, tasks, o, rank);
-        if (o.decisions) check_decisions(model, o, rank);
+        if (o.decisions) {
+            check_decisions(model, o, rank);
+            // Every rank needs the model's collective tables to predict alike: rank 0's go out.
+            std::string text = rank == 0 ? model_to_json(model).dump() : std::string();
+            std::int64_t len = static_cast<std::int64_t>(text.size());
+            PMPI_Bcast(&len, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+            text.resize(static_cast<std::size_t>(len));
+            PMPI_Bcast(text.data(), static_cast<int>(len), MPI_CHAR, 0, MPI_COMM_WORLD);
+            auto copy = model_from_json(text, nullptr);
+            if (!copy.model) throw shunt::error("the model does not survive its own JSON: " + copy.problem);
+            check_collective_decisions(*copy.model, o, rank);
+        }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "shunt-measure: error: %s\n", e.what());
         status = 1;

@@ -38,6 +38,9 @@ with tempfile.TemporaryDirectory() as tmp:
     check(all(tables[k] == v for k, v in first.items()), "tables measured earlier are kept unchanged")
     check("p2p.node.hh" in tables and "copy.memcpy" in tables and "pack.shunt.b1" in tables,
           "model has point-to-point, copy and pack tables")
+    check(any(k.startswith("coll.allreduce.library.p2") for k in tables) and
+          any(k.startswith("coll.allreduce.hierarchical.p2") for k in tables),
+          "model has both methods' collective tables for this job's shape")
     p2 = run(["--quick", "--dry-run", "--output", model])
     check("would measure" not in p2.stdout, "after a complete run nothing is left to measure")
 
@@ -50,6 +53,11 @@ with tempfile.TemporaryDirectory() as tmp:
     m = re.search(r"decisions fastest=(\d+)/(\d+) worst_slowdown=([\d.]+)", p.stdout)
     check(m is not None and int(m.group(1)) >= int(m.group(2)) // 2 and float(m.group(3)) < 3,
           "pack decisions mostly pick the fastest method")
+
+    m = re.search(r"validate collectives median_ape=([\d.]+)%", p.stdout)
+    check(m is not None and float(m.group(1)) < 100, "collective prediction error on held-out sizes is reported")
+    m = re.search(r"collective decisions fastest=(\d+)/(\d+) worst_slowdown=([\d.]+)", p.stdout)
+    check(m is not None and int(m.group(2)) == 18, "collective decisions are compared with both methods measured")
 
     # shunt-info validates the file; a corrupt or foreign file is refused with a reason.
     p = subprocess.run([info, "--model", model], capture_output=True, text=True, env=env)
