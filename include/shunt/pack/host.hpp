@@ -236,12 +236,23 @@ inline void blocks_range(const pack_program& p, std::uintptr_t base, std::byte* 
     }
 }
 
+/// One whole pass over the block list at typed base `base` (no window to clip to).
+template <bool Pack>
+inline void blocks_all(const pack_program& p, std::uintptr_t base, std::byte* packed) {
+    const block* b = p.blocks();
+    const std::size_t n = p.nblocks();
+    for (std::size_t i = 0; i < n; ++i) {
+        move_block<Pack>(at(base, b[i].offset), packed, b[i].length);
+        packed += b[i].length;
+    }
+}
+
 /// Iterations [i0, i1) of level k, each complete.
 template <bool Pack>
 inline void full(const pack_program& p, std::size_t k, std::uintptr_t base, std::byte* packed, std::int64_t i0,
                  std::int64_t i1) {
     if (k == p.nlevels()) {  // no levels at all: one pass over the blocks
-        blocks_range<Pack>(p, base, packed, 0, p.block_bytes());
+        blocks_all<Pack>(p, base, packed);
         return;
     }
     const pack_level& lv = p.level(k);
