@@ -1,0 +1,219 @@
+// src/gpu/pack.cu: the CUDA pack, unpack and fused-pack kernels, one thread per packed word with the
+// index math of shunt/gpu/index.hpp, and their stream-ordered launchers.
+#include "check.hpp"
+
+#include <shunt/gpu/index.hpp>
+#include <shunt/gpu/pack.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+namespace shunt::gpu {
+namespace {
+
+constexpr int block_threads = 256;
+/// Beyond this many blocks the kernels stride: enough to fill any current GPU several times.
+constexpr std::int64_t max_blocks = 8192;
+
+/// Strided (BlockList false: one block per innermost iteration) or block-list transfer of one
+/// window, grid-stride over its words.
+template <class Word, bool Pack, bool BlockList>
+__global__ void __launch_bounds__(block_threads)
+    transfer_kernel(const pack_desc d, const std::uintptr_t typed, std::byte* const packed, const window w) {
+    const std::int64_t words = w.bytes / static_cast<std::int64_t>(sizeof(Word));
+    const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+    for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < words; j += step)
+        move_word<Word, Pack, BlockList>(d, typed, packed, w, j);
+}
+
+/// Fused pack: each launch block finds its item by binary search over the items' first blocks
+/// (the same answer for the whole block, so no divergence), then strides over that item's words.
+__device__ void fused_block(const fused_item* items, const std::int64_t* begin, std::int64_t nitems,
+                            std::int64_t nblocks) {
+    const std::int64_t b = blockIdx.x;
+    const std::int64_t i = fused_item_of(begin, nitems, b);
+    const fused_item& it = items[i];
+    const std::int64_t end = i + 1 < nitems ? begin[i + 1] : nblocks;
+    const std::int64_t local = b - it.block_begin, count = end - it.block_begin;
+    switch (it.word) {
+        case 16: return fused_thread<word16>(it, local, count, blockDim.x, threadIdx.x);
+        case 8: return fused_thread<std::uint64_t>(it, local, count, blockDim.x, threadIdx.x);
+        case 4: return fused_thread<std::uint32_t>(it, local, count, blockDim.x, threadIdx.x);
+        case 2: return fused_thread<std::uint16_t>(it, local, count, blockDim.x, threadIdx.x);
+        default: return fused_thread<std::uint8_t>(it, local, count, blockDim.x, threadIdx.x);
+    }
+}
+
+/// Up to this many items travel in the kernel's parameters (4 KiB at most on every GPU), so a
+/// small fused pack needs no copy before its launch.
+constexpr std::size_t inline_items = 24;
+
+struct fused_batch {
+    fused_item items[inline_items];
+    std::int64_t begin[inline_items];
+};
+static_assert(sizeof(fused_batch) + 16 <= 4000, "fused_batch must fit the kernel parameter space");
+
+__global__ void __launch_bounds__(block_threads)
+    fused_kernel_inline(const fused_batch batch, const std::int64_t nitems, const std::int64_t nblocks) {
+    fused_block(batch.items, batch.begin, nitems, nblocks);
+}
+
+__global__ void __launch_bounds__(block_threads)
+    fused_kernel(const fused_item* const items, const std::int64_t* const begin, const std::int64_t nitems,
+                 const std::int64_t nblocks) {
+    fused_block(items, begin, nitems, nblocks);
+}
+
+void require_device() {
+    if (!device_available()) throw unsupported("no CUDA device available");
+}
+
+template <class Word, bool Pack>
+void launch_words(const pack_desc& d, std::uintptr_t typed, std::byte* packed, window w, cudaStream_t s) {
+    const std::int64_t words = w.bytes / static_cast<std::int64_t>(sizeof(Word));
+    const auto grid = static_cast<unsigned>(std::min((words + block_threads - 1) / block_threads, max_blocks));
+    if (d.nblocks > 1)
+        transfer_kernel<Word, Pack, true><<<grid, block_threads, 0, s>>>(d, typed, packed, w);
+    else
+        transfer_kernel<Word, Pack, false><<<grid, block_threads, 0, s>>>(d, typed, packed, w);
+    SHUNT_CUDA(cudaGetLastError());
+}
+
+template <bool Pack>
+std::int64_t transfer(const device_form& f, std::uintptr_t typed, std::byte* packed, stream_t stream,
+                      std::int64_t first, std::int64_t max_bytes) {
+    require_device();
+    const pack_desc& d = f.desc();
+    const window w = clamp_window(d, first, max_bytes);
+    if (w.bytes == 0) return 0;
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (f.contiguous()) {  // one run of typed bytes: the copy engine
+        std::byte* t = reinterpret_cast<std::byte*>(typed + static_cast<std::uintptr_t>(d.single_offset + w.first));
+        SHUNT_CUDA(cudaMemcpyAsync(Pack ? static_cast<void*>(packed) : t, Pack ? static_cast<const void*>(t) : packed,
+                                   static_cast<std::size_t>(w.bytes), cudaMemcpyDefault, s));
+        return w.bytes;
+    }
+    switch (word_size(d, typed, reinterpret_cast<std::uintptr_t>(packed), w)) {
+        case 16: launch_words<word16, Pack>(d, typed, packed, w, s); break;
+        case 8: launch_words<std::uint64_t, Pack>(d, typed, packed, w, s); break;
+        case 4: launch_words<std::uint32_t, Pack>(d, typed, packed, w, s); break;
+        case 2: launch_words<std::uint16_t, Pack>(d, typed, packed, w, s); break;
+        default: launch_words<std::uint8_t, Pack>(d, typed, packed, w, s); break;
+    }
+    return w.bytes;
+}
+
+}  // namespace
+
+bool built_with_cuda() noexcept { return true; }
+
+bool device_available() noexcept {
+    static const bool available = [] {
+        int n = 0;
+        // Without a driver (static cudart finds no libcuda.so.1) or without devices this returns
+        // an error; clear it and report no device.
+        if (cudaGetDeviceCount(&n) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return false;
+        }
+        return n > 0;
+    }();
+    return available;
+}
+
+device_form::device_form(const flat_form& f) : desc_(f.desc()), contiguous_(f.contiguous()) {
+    require_device();
+    const auto table = f.table();
+    const std::size_t bytes = table.size_bytes();
+    SHUNT_CUDA(cudaMalloc(&table_, bytes));
+    if (const cudaError_t rc = cudaMemcpy(table_, table.data(), bytes, cudaMemcpyHostToDevice); rc != cudaSuccess) {
+        cudaFree(table_);
+        detail::throw_cuda(rc, "cudaMemcpy(device_form table)", __FILE__, __LINE__);
+    }
+    desc_.table = static_cast<const std::int64_t*>(table_);
+}
+
+device_form::~device_form() {
+    if (table_) (void)cudaFree(table_);  // nothing to report from a destructor; a failure leaks
+}
+
+device_form::device_form(device_form&& o) noexcept
+    : desc_(o.desc_), table_(std::exchange(o.table_, nullptr)), contiguous_(o.contiguous_) {}
+
+device_form& device_form::operator=(device_form&& o) noexcept {
+    if (this != &o) {
+        if (table_) (void)cudaFree(table_);
+        desc_ = o.desc_;
+        table_ = std::exchange(o.table_, nullptr);
+        contiguous_ = o.contiguous_;
+    }
+    return *this;
+}
+
+std::int64_t pack(const device_form& f, const void* typed, void* out, stream_t stream, std::int64_t first,
+                  std::int64_t max_bytes) {
+    return transfer<true>(f, reinterpret_cast<std::uintptr_t>(typed), static_cast<std::byte*>(out), stream, first,
+                          max_bytes);
+}
+
+std::int64_t unpack(const device_form& f, const void* in, void* typed, stream_t stream, std::int64_t first,
+                    std::int64_t max_bytes) {
+    return transfer<false>(f, reinterpret_cast<std::uintptr_t>(typed),
+                           const_cast<std::byte*>(static_cast<const std::byte*>(in)), stream, first, max_bytes);
+}
+
+void pack_fused(std::span<const device_input> in, stream_t stream) {
+    require_device();
+    std::vector<fused_item> items;
+    items.reserve(in.size());
+    for (const auto& x : in) {
+        fused_item it;
+        it.desc = x.form->desc();
+        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
+        it.packed = static_cast<std::byte*>(x.out);
+        items.push_back(it);
+    }
+    const std::int64_t blocks = plan_fused(items, block_threads, max_blocks);
+    if (items.empty()) return;
+    if (blocks > std::numeric_limits<int>::max()) throw unsupported("fused pack of too many items for one launch");
+    const auto s = static_cast<cudaStream_t>(stream);
+    const auto nitems = static_cast<std::int64_t>(items.size());
+    if (items.size() <= inline_items) {
+        fused_batch batch{};
+        for (std::size_t i = 0; i < items.size(); ++i) batch.items[i] = items[i], batch.begin[i] = items[i].block_begin;
+        fused_kernel_inline<<<static_cast<unsigned>(blocks), block_threads, 0, s>>>(batch, nitems, blocks);
+        SHUNT_CUDA(cudaGetLastError());
+        return;
+    }
+    // More items: they and their first blocks go to one stream-ordered allocation freed after
+    // the kernel.
+    const std::size_t item_bytes = items.size() * sizeof(fused_item);
+    std::vector<std::byte> host(item_bytes + items.size() * sizeof(std::int64_t));
+    std::memcpy(host.data(), items.data(), item_bytes);
+    for (std::size_t i = 0; i < items.size(); ++i)
+        std::memcpy(host.data() + item_bytes + i * sizeof(std::int64_t), &items[i].block_begin, sizeof(std::int64_t));
+    void* dev = nullptr;
+    SHUNT_CUDA(cudaMallocAsync(&dev, host.size(), s));
+    // Pageable source: cudaMemcpyAsync has read it before returning, so `host` may go (the copy
+    // waits for the stream: the price of a large fused pack, once per launch).
+    if (const cudaError_t rc = cudaMemcpyAsync(dev, host.data(), host.size(), cudaMemcpyHostToDevice, s);
+        rc != cudaSuccess) {
+        (void)cudaFreeAsync(dev, s);
+        detail::throw_cuda(rc, "cudaMemcpyAsync(fused items)", __FILE__, __LINE__);
+    }
+    const auto* dev_items = static_cast<const fused_item*>(dev);
+    const auto* dev_begin = reinterpret_cast<const std::int64_t*>(static_cast<std::byte*>(dev) + item_bytes);
+    fused_kernel<<<static_cast<unsigned>(blocks), block_threads, 0, s>>>(dev_items, dev_begin, nitems, blocks);
+    const cudaError_t launched = cudaGetLastError();
+    (void)cudaFreeAsync(dev, s);
+    if (launched != cudaSuccess) detail::throw_cuda(launched, "fused_kernel launch", __FILE__, __LINE__);
+}
+
+}  // namespace shunt::gpu

@@ -1,0 +1,255 @@
+// tests/mpi/test_gpu_index.cpp: the GPU kernels' index math (shunt/gpu/index.hpp), run on the host
+// through the kernel emulation, against the host packer over the random datatype pool.
+//
+// usage: test_gpu_index [N] [--seed S] [--only I]
+//   N random types (default 10000), the pool of tests/mpi/test_pack_diff.cpp. For every type and
+//   for counts 1 and 2..4: the typed offset of every packed byte against the flattened layout,
+//   pack_emulated against pack_host (whole, random windows, chunks) with the widest word and with
+//   every narrower one, unpack_emulated against unpack_host (whole buffer compared, untouched
+//   bytes included), and a fused emulated launch of several items against separate host packs.
+#include "probe.hpp"
+#include "random_types.hpp"
+
+#include <shunt/datatype/decode.hpp>
+#include <shunt/gpu/emulate.hpp>
+#include <shunt/pack/host.hpp>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using shunt_test::rng;
+using shunt_test::typed_buffer;
+
+constexpr std::int64_t max_span = 16 << 20;
+constexpr unsigned char sentinel = 0x5a;
+
+struct stats {
+    std::int64_t types = 0, unsupported = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0;
+    std::int64_t multi_block = 0, multi_dim = 0, words[17] = {};
+    std::int64_t failed_types = 0;
+};
+
+class type_check {
+public:
+    type_check(const shunt_test::random_type& t, std::uint64_t seed, stats& st) : t_(t), r_(seed ^ 0x6e0ULL), st_(st) {}
+
+    std::vector<std::string> run() {
+        try {
+            info_ = shunt::decode(t_.type);
+        } catch (const shunt::unsupported&) {
+            ++st_.unsupported;  // left to the library; test_pack_diff checks that this is right
+            return failures_;
+        }
+        std::vector<std::int64_t> counts{1, r_.range(2, 4)};
+        for (std::int64_t c : counts)
+            if (c <= t_.max_count) check_count(c);
+        return failures_;
+    }
+
+private:
+    void fail(std::string what) {
+        if (failures_.size() < 8) failures_.push_back(std::move(what));
+    }
+
+    void check_count(std::int64_t count) {
+        const std::int64_t extent = info_.extent, total = info_.size * count;
+        std::int64_t lo = 0, hi = 0;
+        if (total > 0) {
+            lo = std::min(info_.true_lb, info_.true_lb + (count - 1) * extent);
+            hi = std::max(info_.true_lb + info_.true_extent, info_.true_lb + (count - 1) * extent + info_.true_extent);
+        }
+        if (!t_.bottom && hi - lo > max_span) {
+            ++st_.skipped;
+            return;
+        }
+        typed_buffer buf = t_.bottom ? typed_buffer(t_.memory.get(), t_.memory_bytes) : typed_buffer(lo, hi);
+        if (!buf.covers(lo, hi)) {
+            ++st_.skipped;
+            return;
+        }
+        ++st_.cases;
+        const std::string at = " (count " + std::to_string(count) + ")";
+        const shunt::gpu::flat_form f(info_.form, extent, count);
+        const shunt::gpu::pack_desc& d = f.desc();
+        if (d.total != total) {
+            fail("descriptor packs " + std::to_string(d.total) + " bytes, expected " + std::to_string(total) + at);
+            return;
+        }
+        st_.multi_block += d.nblocks > 1;
+        st_.multi_dim += d.ndims > 1;
+
+        // The index math alone: every packed byte's typed offset against the flat layout.
+        const auto pos = shunt_test::layout_positions(info_.form, extent, count);
+        for (std::int64_t p = 0; p < total; ++p)
+            if (shunt::gpu::typed_offset(d, p) != pos[static_cast<std::size_t>(p)]) {
+                fail("typed_offset of packed byte " + std::to_string(p) + " is " +
+                     std::to_string(shunt::gpu::typed_offset(d, p)) + ", the layout says " +
+                     std::to_string(pos[static_cast<std::size_t>(p)]) + at);
+                return;
+            }
+
+        // Whole pack with each word size the alignment allows (the widest first).
+        buf.fill(r_.next());
+        std::vector<unsigned char> ref(static_cast<std::size_t>(total) + 32, sentinel);
+        if (shunt::pack_host(info_.form, extent, count, buf.origin(), ref.data()) != total) fail("pack_host size" + at);
+        // The output sits at a random offset in a 16-byte aligned buffer, so every word size occurs.
+        std::vector<shunt::gpu::word16> storage(static_cast<std::size_t>(total / 16 + 4));
+        unsigned char* out = reinterpret_cast<unsigned char*>(storage.data()) + (r_.chance(50) ? 0 : r_.range(0, 15));
+        const shunt::gpu::window whole{0, total};
+        const int widest = total == 0 ? 1
+                                      : shunt::gpu::word_size(d, reinterpret_cast<std::uintptr_t>(buf.origin()),
+                                                              reinterpret_cast<std::uintptr_t>(out), whole);
+        ++st_.words[widest];
+        for (int word = widest; word >= 1; word /= 2) {
+            std::memset(out, sentinel, static_cast<std::size_t>(total) + 16);
+            const std::int64_t threads = r_.range(1, 200);
+            const std::int64_t got = shunt::gpu::pack_emulated(f, buf.origin(), out, 0, total + r_.range(0, 9), word, threads);
+            if (got != total || std::memcmp(out, ref.data(), static_cast<std::size_t>(total)) != 0 ||
+                !untouched(out + total, 16))
+                fail("pack_emulated (word " + std::to_string(word) + ", " + std::to_string(threads) +
+                     " threads) differs from pack_host" + at);
+        }
+
+        // Windows [first, first + len), compared with pack_host's window (sentinels after it).
+        std::vector<unsigned char> host_win(static_cast<std::size_t>(total) + 16);
+        for (int w = 0; w < 4; ++w) {
+            ++st_.windows;
+            const std::int64_t first = r_.range(-1, total), len = r_.range(-1, total - first + 4);
+            std::fill(host_win.begin(), host_win.end(), sentinel);
+            std::memset(out, sentinel, static_cast<std::size_t>(total) + 16);
+            const std::int64_t want = shunt::pack_host(info_.form, extent, count, buf.origin(), host_win.data(), first, len);
+            const std::int64_t got = shunt::gpu::pack_emulated(f, buf.origin(), out, first, len);
+            if (got != want || std::memcmp(out, host_win.data(), static_cast<std::size_t>(total) + 16) != 0)
+                fail("pack_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" + at);
+        }
+        std::vector<unsigned char> chunked(static_cast<std::size_t>(total) + 1);
+        for (std::int64_t first = 0; first < total;) {
+            const std::int64_t len = r_.range(1, std::max<std::int64_t>(1, total / 3 + 1));
+            const std::int64_t n = shunt::gpu::pack_emulated(f, buf.origin(), chunked.data() + first, first, len);
+            if (n <= 0) {
+                fail("pack_emulated chunk at " + std::to_string(first) + " moved nothing" + at);
+                break;
+            }
+            first += n;
+        }
+        if (std::memcmp(chunked.data(), ref.data(), static_cast<std::size_t>(total)) != 0)
+            fail("pack_emulated in chunks differs" + at);
+
+        // Fused: the whole stream, its first element and a second copy in one launch, into two
+        // outputs (the first holding two items back to back).
+        if (total > 0) {
+            ++st_.fused;
+            const shunt::gpu::flat_form one(info_.form, extent, 1);
+            const std::int64_t size1 = info_.size;
+            std::vector<unsigned char> a(static_cast<std::size_t>(total + size1) + 8, sentinel), b(ref.size(), sentinel);
+            std::vector<unsigned char> ref1(static_cast<std::size_t>(size1));
+            shunt::pack_host(info_.form, extent, 1, buf.origin(), ref1.data());
+            const shunt::gpu::fused_input in[3] = {{&f, buf.origin(), a.data()},
+                                                   {&one, buf.origin(), a.data() + total},
+                                                   {&f, buf.origin(), b.data() + 1}};
+            shunt::gpu::pack_fused_emulated(in, r_.range(1, 64), r_.range(1, 5));
+            if (std::memcmp(a.data(), ref.data(), static_cast<std::size_t>(total)) != 0 ||
+                std::memcmp(a.data() + total, ref1.data(), static_cast<std::size_t>(size1)) != 0 ||
+                std::memcmp(b.data() + 1, ref.data(), static_cast<std::size_t>(total)) != 0 ||
+                a[static_cast<std::size_t>(total + size1)] != sentinel || b[0] != sentinel ||
+                b[static_cast<std::size_t>(total) + 1] != sentinel)
+                fail("pack_fused_emulated differs from pack_host" + at);
+        }
+
+        // Unpack (typemaps without repeated bytes: threads would race on the others).
+        if (!shunt_test::distinct(pos)) return;
+        ++st_.unpacks;
+        const std::uint64_t before = r_.next();
+        buf.fill(before);
+        shunt::unpack_host(info_.form, extent, count, ref.data(), buf.origin());
+        const auto expect = buf.snapshot();
+        for (int word = widest; word >= 1; word /= 2) {
+            buf.fill(before);
+            const std::int64_t got = shunt::gpu::unpack_emulated(f, ref.data(), buf.origin(), 0, total, word, r_.range(1, 200));
+            if (got != total || buf.snapshot() != expect)
+                fail("unpack_emulated (word " + std::to_string(word) + ") differs from unpack_host" + at);
+        }
+        for (int w = 0; w < 2; ++w) {
+            const std::int64_t first = r_.range(0, total), len = r_.range(0, total - first + 4);
+            buf.fill(before);
+            const std::int64_t want = shunt::unpack_host(info_.form, extent, count, ref.data() + first, buf.origin(), first, len);
+            const auto host_window = buf.snapshot();
+            buf.fill(before);
+            const std::int64_t got = shunt::gpu::unpack_emulated(f, ref.data() + first, buf.origin(), first, len);
+            if (got != want || buf.snapshot() != host_window)
+                fail("unpack_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" + at);
+        }
+    }
+
+    static bool untouched(const unsigned char* p, std::int64_t n) {
+        return std::all_of(p, p + n, [](unsigned char c) { return c == sentinel; });
+    }
+
+    const shunt_test::random_type& t_;
+    rng r_;
+    stats& st_;
+    shunt::type_info info_;
+    std::vector<std::string> failures_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    std::int64_t types = 10000, only = -1;
+    std::uint64_t seed = 20261122;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--seed" && i + 1 < argc) {
+            seed = std::strtoull(argv[++i], nullptr, 0);
+        } else if (a == "--only" && i + 1 < argc) {
+            only = std::strtoll(argv[++i], nullptr, 0);
+        } else if (!a.empty() && a[0] != '-' && std::strtoll(a.c_str(), nullptr, 0) > 0) {
+            types = std::strtoll(a.c_str(), nullptr, 0);
+        } else {
+            std::fprintf(stderr, "usage: %s [N] [--seed S] [--only I]\n", argv[0]);
+            MPI_Finalize();
+            return 2;
+        }
+    }
+    shunt_test::type_generator gen(0, 1);
+    stats st;
+    const std::int64_t begin = only >= 0 ? only : 0, end = only >= 0 ? only + 1 : types;
+    for (std::int64_t i = begin; i < end; ++i) {
+        const std::uint64_t item = shunt_test::item_seed(seed, 0, static_cast<std::uint64_t>(i));
+        const shunt_test::random_type t = gen.make(item);
+        ++st.types;
+        type_check check(t, item, st);
+        const auto failures = check.run();
+        if (!failures.empty()) {
+            ++st.failed_types;
+            std::printf("FAIL type %lld: %s\n", static_cast<long long>(i), t.desc.c_str());
+            for (const auto& f : failures) std::printf("  %s\n", f.c_str());
+            std::printf("  reproduce: %s --seed %llu --only %lld\n", argv[0], static_cast<unsigned long long>(seed),
+                        static_cast<long long>(i));
+        }
+    }
+    std::printf("gpu_index seed %llu: %lld types (%lld left to the library), %lld cases (%lld skipped for memory; "
+                "%lld with several blocks, %lld with several dims), widest words 1/2/4/8/16 B: %lld/%lld/%lld/%lld/%lld, "
+                "%lld pack windows, %lld fused launches, %lld unpacks: %lld failed\n",
+                static_cast<unsigned long long>(seed), static_cast<long long>(st.types),
+                static_cast<long long>(st.unsupported), static_cast<long long>(st.cases),
+                static_cast<long long>(st.skipped), static_cast<long long>(st.multi_block),
+                static_cast<long long>(st.multi_dim), static_cast<long long>(st.words[1]),
+                static_cast<long long>(st.words[2]), static_cast<long long>(st.words[4]),
+                static_cast<long long>(st.words[8]), static_cast<long long>(st.words[16]),
+                static_cast<long long>(st.windows), static_cast<long long>(st.fused), static_cast<long long>(st.unpacks),
+                static_cast<long long>(st.failed_types));
+    MPI_Finalize();
+    return st.failed_types == 0 ? 0 : 1;
+}
