@@ -270,3 +270,20 @@ TEST_CASE("flatten of an unsimplified layout with a count-0 dimension is empty")
     CHECK(shunt::flatten(layout{{{0, 8}, {3, 2}}, {{0, 1}}}).empty());
     CHECK(shunt::flatten(layout{{{3, 8}, {-1, 2}}, {{0, 1}}}).empty());
 }
+
+TEST_CASE("hindexed of a dense child: each entry is one block, so more bytes than max_flat_blocks decode") {
+    // 600,000 irregular entries of 4 bytes each: 2.4 million bytes, 600,000 blocks.
+    const layout byte_form{{}, {{0, 1}}};
+    const std::size_t n = 600000;
+    std::vector<std::int64_t> lens(n, 4), displs(n);
+    std::int64_t at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        displs[i] = at;
+        at += 4 + 1 + static_cast<std::int64_t>(i % 3);  // gaps of 1 to 3 bytes: nothing merges
+    }
+    REQUIRE(n * 4 > shunt::max_flat_blocks);
+    const layout l = shunt::make_hindexed(lens, displs, byte_form, 1);
+    CHECK(l.blocks.size() + l.dims.size() > 0);
+    CHECK(l.size() == static_cast<std::int64_t>(n * 4));
+    CHECK(shunt::flatten(l).size() == n);
+}

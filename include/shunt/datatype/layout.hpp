@@ -237,6 +237,12 @@ inline layout make_struct(std::span<const std::int64_t> blocklengths,
     for (std::size_t i = 0; i < n; ++i) {
         if (blocklengths[i] <= 0 || children[i]->empty()) continue;
         const auto flat = flatten(*children[i]);
+        if (flat.size() == 1 && flat[0].length == extents[i]) {  // a dense child: the copies are one run
+            if (l.blocks.size() + 1 > max_flat_blocks) throw unsupported("datatype has too many blocks to flatten");
+            l.blocks.push_back({detail::checked_add(displs[i], flat[0].offset),
+                                detail::checked_mul(blocklengths[i], extents[i])});
+            continue;
+        }
         if (l.blocks.size() + flat.size() * static_cast<std::size_t>(blocklengths[i]) > max_flat_blocks)
             throw unsupported("datatype has too many blocks to flatten");
         for (std::int64_t j = 0; j < blocklengths[i]; ++j) {
