@@ -157,6 +157,35 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(
     }
 }
 
+/// n rows of len bytes, `stride` bytes apart, where stride divides 64 and len < stride: each
+/// 64-byte window of the typed buffer holds 64 / stride rows, selected by one fixed byte mask.
+/// Packing compresses the masked bytes of a window into the stream, unpacking expands stream
+/// bytes into the masked positions; bytes outside the mask are neither read nor written.
+/// Rows past the last whole window go row by row.
+template <bool Pack>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi2"))) inline void rows_window(
+    std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+    std::uint64_t row_mask = _bzhi_u64(~0ULL, static_cast<unsigned>(len)), mask = 0;
+    for (std::int64_t at = 0; at < 64; at += stride) mask |= row_mask << at;
+    const auto m = static_cast<__mmask64>(mask);
+    const std::int64_t per_window = 64 / stride, bytes = per_window * len;
+    const auto out_mask = static_cast<__mmask64>(_bzhi_u64(~0ULL, static_cast<unsigned>(bytes)));
+    const std::int64_t windows = n / per_window;
+    for (std::int64_t w = 0; w < windows; ++w, typed += 64, packed += bytes) {
+        if constexpr (Pack)
+            _mm512_mask_storeu_epi8(packed, out_mask, _mm512_maskz_compress_epi8(m, _mm512_maskz_loadu_epi8(m, typed)));
+        else
+            _mm512_mask_storeu_epi8(typed, m, _mm512_maskz_expandloadu_epi8(m, packed));
+    }
+    for (std::int64_t i = windows * per_window; i < n; ++i, typed += stride, packed += len) {
+        const auto r = static_cast<__mmask64>(row_mask);
+        if constexpr (Pack)
+            _mm512_mask_storeu_epi8(packed, r, _mm512_maskz_loadu_epi8(r, typed));
+        else
+            _mm512_mask_storeu_epi8(typed, r, _mm512_maskz_loadu_epi8(r, packed));
+    }
+}
+
 /// A block list with AVX-512 byte-masked moves: a block of up to 64 bytes is one masked load and
 /// one masked store, whatever its length, so irregular lengths cost no mispredicted branch
 /// (copy_small's length tests mispredict on every irregular block: about 5 ns a block once the
@@ -197,6 +226,12 @@ inline bool masked_blocks_available() {
     static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
     return ok && masked_blocks_allowed.load(std::memory_order_relaxed);
+}
+
+/// True when the CPU also has AVX512-VBMI2 (byte compress and expand) for rows_window.
+inline bool window_rows_available() {
+    static const bool ok = __builtin_cpu_supports("avx512vbmi2");
+    return ok && masked_blocks_available();
 }
 #endif
 
@@ -273,6 +308,8 @@ template <bool Pack>
 inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
     if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
+    if (n >= 16 && stride > len && stride <= 32 && 64 % stride == 0 && window_rows_available())
+        return rows_window<Pack>(typed, packed, stride, n, len);
 #endif
     if (n >= 16) {
         switch (len) {
