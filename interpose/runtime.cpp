@@ -239,6 +239,11 @@ bool runtime::sample_now() noexcept {
     return ++calls % sample_period == 0;
 }
 
+bool runtime::explore_now() noexcept {
+    thread_local std::uint32_t samples = 0;
+    return ++samples % explore_period == 0;
+}
+
 void runtime::observe(bool library, direction d, const plan_decision& plan, double seconds) noexcept {
     if (plan.blocks <= 0 || plan.bytes <= 0) return;
     try {
@@ -308,8 +313,13 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     const type_info* info = nullptr;
     std::int64_t bytes = 0;
     plan_decision plan;
-    const pass_reason why = prepare(d, type, count, room, info, bytes, plan);
-    if (why == pass_reason::planned && sample_now()) {  // the library's time refines the model too
+    pass_reason why = prepare(d, type, count, room, info, bytes, plan);
+    // One call in sample_period is timed to refine the model; one timed call in explore_period
+    // runs the method the plan did not choose (the bytes are the same), so that the estimate of
+    // the method not taken keeps learning too and a wrong choice can turn back.
+    const bool timed = plan.count > 0 && (why == pass_reason::planned || why == pass_reason::none) && sample_now();
+    if (timed && explore_now()) why = why == pass_reason::planned ? pass_reason::none : pass_reason::planned;
+    if (why == pass_reason::planned && timed) {  // the library's time refines the model too
         const double t0 = detail::now_s();
         const int rc = pass(why);
         if (rc == MPI_SUCCESS) observe(true, d, plan, detail::now_s() - t0);
@@ -318,7 +328,6 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     if (why != pass_reason::none) return pass(why);
     if (bytes > 0) {
         try {
-            const bool timed = plan.count > 0 && sample_now();
             const double t0 = timed ? detail::now_s() : 0;
             const std::int64_t done = move(*info);
             if (timed) observe(false, d, plan, detail::now_s() - t0);

@@ -106,6 +106,9 @@ private:
     /// model's online refinement.
     static constexpr std::uint32_t sample_period = 64;
     bool sample_now() noexcept;
+    /// One timed call in explore_period runs the alternative the plan did not choose.
+    static constexpr std::uint32_t explore_period = 8;
+    bool explore_now() noexcept;
     void observe(bool library, direction d, const plan_decision& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
 

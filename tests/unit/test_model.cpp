@@ -169,3 +169,18 @@ TEST_CASE("online refinement moves a wrong default toward observed times, bounde
     m.observe("copy.memcpy", 65536, 0.0 / 0.0);
     CHECK(std::isfinite(m.predict("copy.memcpy", 65536)));
 }
+
+TEST_CASE("online refinement: one outlier among steady observations does not move the correction") {
+    cost_model m;
+    const double before = m.predict("copy.memcpy", 1 << 20);
+    for (int i = 0; i < 2; ++i) m.observe("copy.memcpy", 1 << 20, before * 2);
+    CHECK(m.predict("copy.memcpy", 1 << 20) == doctest::Approx(before));  // below the quorum: unchanged
+    m.observe("copy.memcpy", 1 << 20, before * 2);
+    CHECK(m.predict("copy.memcpy", 1 << 20) == doctest::Approx(before * 2));
+    const auto g = m.generation();
+    m.observe("copy.memcpy", 1 << 20, before * 100);  // a preempted call
+    CHECK(m.predict("copy.memcpy", 1 << 20) == doctest::Approx(before * 2));
+    CHECK(m.generation() == g);
+    for (int i = 0; i < 7; ++i) m.observe("copy.memcpy", 1 << 20, before * 0.5);  // a real change wins
+    CHECK(m.predict("copy.memcpy", 1 << 20) == doctest::Approx(before * 0.5));
+}

@@ -5,6 +5,7 @@
 #include <shunt/model/table.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -98,23 +99,31 @@ public:
     }
 
     /// Online refinement: a call of table `name` at `size` bytes took `seconds`. The correction
-    /// for that table and size decade moves a quarter of the way to the observed ratio, bounded
-    /// to [1/8, 8] so one preempted call cannot swing a decision. The generation changes only
-    /// when a correction has moved by more than 10% since it last changed it, so a steady
-    /// stream of observations does not invalidate decision caches on every call.
+    /// for that table and size decade is the median of the last `correction_window` observed
+    /// ratios (observed / predicted, each bounded to [1/8, 8]) once `correction_quorum` exist,
+    /// so one preempted or cold call cannot swing a decision; a steady change moves it within a
+    /// few observations. The generation changes only when the correction has moved by more than
+    /// 10% since it last changed it, so a steady stream of observations does not invalidate
+    /// decision caches on every call.
     void observe(std::string_view name, double size, double seconds) {
         const double predicted = raw_for_observe(name, size);
         if (!(predicted > 0) || !(seconds > 0) || !std::isfinite(seconds)) return;
         std::lock_guard lock(mutex_);
-        auto [it, inserted] = corrections_.try_emplace(key(name, size), correction_state{1, 1});
+        auto [it, inserted] = corrections_.try_emplace(key(name, size));
         correction_state& c = it->second;
-        const double ratio = std::clamp(seconds / predicted, 0.125, 8.0);
-        c.value = 0.75 * c.value + 0.25 * ratio;
+        c.ratios[c.next++ % correction_window] = std::clamp(seconds / predicted, 0.125, 8.0);
+        const std::size_t n = std::min<std::size_t>(c.next, correction_window);
+        if (n < correction_quorum) return;
+        std::array<double, correction_window> sorted = c.ratios;
+        std::sort(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(n));
+        c.value = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
         if (std::fabs(c.value / c.published - 1) > 0.1) {
             c.published = c.value;
             generation_.fetch_add(1, std::memory_order_release);
         }
     }
+    /// Observations a correction keeps, and how many it needs before it departs from 1.
+    static constexpr std::size_t correction_window = 7, correction_quorum = 3;
     /// Changes whenever an observation moved a correction (decision caches compare it).
     std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
 
@@ -205,7 +214,9 @@ private:
     std::map<std::string, time_table, std::less<>> tables_;
     mutable std::mutex mutex_;
     struct correction_state {
-        double value, published;
+        double value = 1, published = 1;
+        std::array<double, correction_window> ratios{};
+        std::size_t next = 0;
     };
     std::map<std::string, correction_state> corrections_;
     std::atomic<std::uint64_t> generation_{0};
