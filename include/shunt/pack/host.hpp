@@ -306,19 +306,23 @@ inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, 
 /// loop whose copy the compiler turns into plain moves.
 template <bool Pack>
 inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+    // Packing tiny aligned blocks: the compiler's vectorised gather beats the window compress.
+    const auto tiny = [&] {
+        if (n < 16) return false;
+        switch (len) {
+            case 1: return rows_tiny<Pack, 1>(typed, packed, stride, n);
+            case 2: return rows_tiny<Pack, 2>(typed, packed, stride, n);
+            case 4: return rows_tiny<Pack, 4>(typed, packed, stride, n);
+            default: return false;
+        }
+    };
+    if (Pack && tiny()) return;
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
     if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
     if (n >= 16 && stride > len && stride <= 32 && 64 % stride == 0 && window_rows_available())
         return rows_window<Pack>(typed, packed, stride, n, len);
 #endif
-    if (n >= 16) {
-        switch (len) {
-            case 1: if (rows_tiny<Pack, 1>(typed, packed, stride, n)) return; break;
-            case 2: if (rows_tiny<Pack, 2>(typed, packed, stride, n)) return; break;
-            case 4: if (rows_tiny<Pack, 4>(typed, packed, stride, n)) return; break;
-            default: break;
-        }
-    }
+    if (!Pack && tiny()) return;
     switch (len) {
         case 1: return rows_fixed<Pack, 1>(typed, packed, stride, n);
         case 2: return rows_fixed<Pack, 2>(typed, packed, stride, n);
