@@ -109,17 +109,11 @@ public:
         d.alternatives[0] = {"library", m.predict_pack(true, unpack, block_len, b)};
         d.alternatives[1] = {"host", m.predict_pack(false, unpack, block_len, b)};
         d.count = 2;
-        // Shunt's packer only where it is predicted clearly faster: where both are near memory
-        // bandwidth (long blocks) the prediction cannot tell them apart, and the library's own
-        // path costs nothing extra.
-        d.chosen = d.alternatives[1].predicted_s <= (1 - pack_margin) * d.alternatives[0].predicted_s ? 1 : 0;
+        d.chosen = d.alternatives[1].predicted_s <= d.alternatives[0].predicted_s ? 1 : 0;
         for (std::uint8_t i = 0; i < d.count; ++i)
             if (o.pack == d.alternatives[i].method) d.chosen = i, d.forced = true;
         return d;
     }
-
-    /// The fraction by which shunt's packer must be predicted faster than the library's.
-    static constexpr double pack_margin = 0.05;
 
     /// Contiguous blocks moved when packing `count` elements of `t` (a dense type is one block).
     static std::int64_t pack_blocks(const type_info& t, std::int64_t count) {
