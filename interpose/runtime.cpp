@@ -244,7 +244,7 @@ bool runtime::explore_now() noexcept {
     return ++samples % explore_period == 0;
 }
 
-void runtime::observe(bool library, direction d, const plan_decision& plan, double seconds) noexcept {
+void runtime::observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept {
     if (plan.blocks <= 0 || plan.bytes <= 0) return;
     try {
         const double block_len = static_cast<double>(plan.bytes) / static_cast<double>(plan.blocks);
@@ -260,7 +260,7 @@ int runtime::pack_size(int incount, MPI_Datatype type, MPI_Comm comm, int* size)
 }
 
 pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int64_t room, const type_info*& info,
-                             std::int64_t& bytes, plan_decision& plan) noexcept {
+                             std::int64_t& bytes, pack_plan& plan) noexcept {
     const shim s = d == direction::pack ? shim::pack : shim::unpack;
     try {
         info = memo_.find(type);
@@ -268,19 +268,41 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
         if (__builtin_mul_overflow(static_cast<std::int64_t>(count), info->size, &bytes)) return pass_reason::too_large;
         if (bytes > room) return pass_reason::would_truncate;
         if (bytes == 0 || cfg_.pack == pack_choice::host) return pass_reason::none;
+        // The thread's last decision per direction answers a repeated call (the common case: one
+        // halo type packed step after step) without the planner's lock and hash.
+        struct last_decision {
+            std::int64_t bytes = -1, blocks = -1;
+            std::uint64_t generation = 0;
+            std::atomic<std::uint64_t>* taken = nullptr;
+            bool host = false;
+        };
+        thread_local last_decision last[2];
+        last_decision& l = last[d == direction::unpack ? 1 : 0];
+        const std::int64_t blocks = planner::pack_blocks(*info, count);
+        const std::uint64_t generation = model_->generation();
+        const bool tracing = cfg_.log.enabled(log_level::trace, log_category::decide);
+        if (l.taken != nullptr && l.bytes == bytes && l.blocks == blocks && l.generation == generation && !tracing) {
+            l.taken->fetch_add(1, std::memory_order_relaxed);
+            plan = {bytes, blocks, true};
+            return l.host ? pass_reason::none : pass_reason::planned;
+        }
         bool is_new = false;
-        plan = planner_.pack(*info, count, d == direction::unpack, &is_new);
-        const bool host = plan.method() == "host";
+        std::atomic<std::uint64_t>* taken = nullptr;
+        const plan_decision decision = planner_.pack(*info, count, d == direction::unpack, &is_new, &taken);
+        plan = {bytes, decision.blocks, true};
+        const bool host = decision.method() == "host";
+        l = {bytes, decision.blocks, generation, taken, host};
         // Each distinct decision once at debug (SHUNT_LOG=decide), every call at trace.
         if (cfg_.log.enabled(is_new ? log_level::debug : log_level::trace, log_category::decide)) {
             std::string alternatives;
-            for (std::uint8_t i = 0; i < plan.count; ++i)
+            for (std::uint8_t i = 0; i < decision.count; ++i)
                 alternatives += format_text("%s%.*s %.3g us", i == 0 ? "" : ", ",
-                                            static_cast<int>(plan.alternatives[i].method.size()),
-                                            plan.alternatives[i].method.data(), plan.alternatives[i].predicted_s * 1e6);
+                                            static_cast<int>(decision.alternatives[i].method.size()),
+                                            decision.alternatives[i].method.data(),
+                                            decision.alternatives[i].predicted_s * 1e6);
             log_printf(is_new ? log_level::debug : log_level::trace, log_category::decide,
                        "%s of %d x %s (%" PRId64 " bytes in %" PRId64 " blocks): %s (predicted %s)",
-                       shim_names[static_cast<std::size_t>(s)], count, handle_text(type).c_str(), bytes, plan.blocks,
+                       shim_names[static_cast<std::size_t>(s)], count, handle_text(type).c_str(), bytes, decision.blocks,
                        host ? "shunt's host packer" : "the library", alternatives.c_str());
         }
         return host ? pass_reason::none : pass_reason::planned;
@@ -312,12 +334,12 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     }
     const type_info* info = nullptr;
     std::int64_t bytes = 0;
-    plan_decision plan;
+    pack_plan plan;  // small: a plan_decision here cost a 136-byte clear on every call
     pass_reason why = prepare(d, type, count, room, info, bytes, plan);
     // One call in sample_period is timed to refine the model; one timed call in explore_period
     // runs the method the plan did not choose (the bytes are the same), so that the estimate of
     // the method not taken keeps learning too and a wrong choice can turn back.
-    const bool timed = plan.count > 0 && (why == pass_reason::planned || why == pass_reason::none) && sample_now();
+    const bool timed = plan.decided && (why == pass_reason::planned || why == pass_reason::none) && sample_now();
     if (timed && explore_now()) why = why == pass_reason::planned ? pass_reason::none : pass_reason::planned;
     if (why == pass_reason::planned && timed) {  // the library's time refines the model too
         const double t0 = detail::now_s();

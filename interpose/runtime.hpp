@@ -91,8 +91,13 @@ private:
     }
     bool running() noexcept;
     void started(int thread_level) noexcept;
+    /// What MPI_Pack and MPI_Unpack keep of a pack decision: enough to time the call.
+    struct pack_plan {
+        std::int64_t bytes = 0, blocks = 0;
+        bool decided = false;  ///< the planner chose (not forced, not empty)
+    };
     pass_reason prepare(direction d, MPI_Datatype type, int count, std::int64_t room, const type_info*& info,
-                        std::int64_t& bytes, plan_decision& plan) noexcept;
+                        std::int64_t& bytes, pack_plan& plan) noexcept;
     /// The part of MPI_Pack and MPI_Unpack after the argument checks: forced choice, the
     /// communicator probe, the plan, shunt's move or the library, counting and position.
     template <class Pass, class Probe, class Move>
@@ -109,7 +114,7 @@ private:
     /// One timed call in explore_period runs the alternative the plan did not choose.
     static constexpr std::uint32_t explore_period = 8;
     bool explore_now() noexcept;
-    void observe(bool library, direction d, const plan_decision& plan, double seconds) noexcept;
+    void observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
 
     /// True when collectives on comm may go to shunt at all (MPI running, not SHUNT_COLL=library).

@@ -61,7 +61,10 @@ public:
 
     /// The decision for (un)packing `count` elements of `t` on host memory; `is_new` tells the
     /// caller (for SHUNT_LOG=decide) that this key was decided for the first time.
-    plan_decision pack(const type_info& t, std::int64_t count, bool unpack, bool* is_new = nullptr) {
+    /// `taken`, when given, receives the decision's use counter (stable for the planner's life:
+    /// entries are never erased), so that a caller caching the decision can count its uses.
+    plan_decision pack(const type_info& t, std::int64_t count, bool unpack, bool* is_new = nullptr,
+                       std::atomic<std::uint64_t>** taken = nullptr) {
         const key k{unpack ? plan_op::unpack : plan_op::pack, t.size * count, pack_blocks(t, count)};
         const std::uint64_t gen = model_->generation();
         {
@@ -70,6 +73,7 @@ public:
             if (it != cache_.end() && it->second.generation == gen) {
                 if (is_new) *is_new = false;
                 it->second.taken->fetch_add(1, std::memory_order_relaxed);
+                if (taken) *taken = it->second.taken.get();
                 return it->second.d;
             }
         }
@@ -81,6 +85,7 @@ public:
         it->second.generation = gen;
         it->second.taken->fetch_add(1, std::memory_order_relaxed);
         if (is_new) *is_new = inserted;
+        if (taken) *taken = it->second.taken.get();
         return d;
     }
 
