@@ -4,6 +4,7 @@
 #include <shunt/collectives/allgather.hpp>
 #include <shunt/collectives/allreduce.hpp>
 #include <shunt/collectives/alltoall.hpp>
+#include <shunt/collectives/alltoallv.hpp>
 #include <shunt/collectives/bcast.hpp>
 #include <shunt/collectives/reduce_scatter_block.hpp>
 #include <shunt/topology/topology.hpp>
@@ -415,6 +416,57 @@ TEST_CASE("alltoall equals MPI_Alltoall, aggregated at each level and flat") {
                 io.push_back(-1);
                 shunt::alltoall(topo, MPI_IN_PLACE, io.data(), count, MPI_INT, opt);
                 CHECK(io == want);
+            }
+        }
+    });
+}
+
+TEST_CASE("alltoallv equals MPI_Alltoallv: uneven and zero sizes, gaps, reversed order, in place") {
+    for_each_setting([](const shunt::topology& topo, MPI_Comm comm) {
+        const int p = topo.size(), me = topo.rank();
+        const auto up = static_cast<std::size_t>(p);
+        for (int level = -1; level <= topo.groups().levels(); ++level) {
+            shunt::collective_options opt;
+            opt.alltoall_level = level;
+            for (int scale : {0, 1, 300}) {
+                CAPTURE(level);
+                CAPTURE(scale);
+                // count(i -> j): the same on every rank; some pairs send nothing.
+                auto count = [&](int i, int j) { return scale == 0 ? 0 : ((i * 7 + j * 3 + scale) % 5) * scale / 2; };
+                std::vector<int> sc(up), sd(up), rc(up), rd(up);
+                int at = 0;
+                for (int j = 0; j < p; ++j) sc[static_cast<std::size_t>(j)] = count(me, j);
+                for (int j = p; j-- > 0;) {  // send blocks in reverse rank order, one element apart
+                    sd[static_cast<std::size_t>(j)] = at;
+                    at += sc[static_cast<std::size_t>(j)] + 1;
+                }
+                std::vector<int> in(static_cast<std::size_t>(at) + 1);
+                auto rng = rank_rng(comm, static_cast<std::uint64_t>(scale) + 7);
+                for (auto& v : in) v = static_cast<int>(rng());
+                at = 0;
+                for (int i = 0; i < p; ++i) {  // receive blocks in rank order, two elements apart
+                    rc[static_cast<std::size_t>(i)] = count(i, me);
+                    rd[static_cast<std::size_t>(i)] = at;
+                    at += rc[static_cast<std::size_t>(i)] + 2;
+                }
+                std::vector<int> want(static_cast<std::size_t>(at) + 1, -1), out(want);
+                MPI_Alltoallv(in.data(), sc.data(), sd.data(), MPI_INT, want.data(), rc.data(), rd.data(), MPI_INT, comm);
+                shunt::alltoallv(topo, in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(), MPI_INT, opt);
+                CHECK(out == want);
+                // In place: send counts are the receive counts (symmetric exchange).
+                auto sym = [&](int i, int j) { return count(std::min(i, j), std::max(i, j)); };
+                at = 0;
+                for (int i = 0; i < p; ++i) {
+                    rc[static_cast<std::size_t>(i)] = sym(i, me);
+                    rd[static_cast<std::size_t>(i)] = at;
+                    at += rc[static_cast<std::size_t>(i)] + 1;
+                }
+                std::vector<int> io(static_cast<std::size_t>(at) + 1);
+                for (auto& v : io) v = static_cast<int>(rng());
+                std::vector<int> io_want(io);
+                MPI_Alltoallv(MPI_IN_PLACE, nullptr, nullptr, MPI_INT, io_want.data(), rc.data(), rd.data(), MPI_INT, comm);
+                shunt::alltoallv(topo, MPI_IN_PLACE, nullptr, nullptr, io.data(), rc.data(), rd.data(), MPI_INT, opt);
+                CHECK(io == io_want);
             }
         }
     });
