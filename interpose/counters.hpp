@@ -16,15 +16,28 @@ namespace shunt::detail {
 enum class shim : std::uint8_t {
     pack, unpack, pack_size, type_commit, type_dup, type_free, init, init_thread, finalize,
     allreduce, reduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv, bcast, alltoall,
+    send, recv, isend, irecv, sendrecv, sendrecv_replace, ssend, rsend, bsend, issend, irsend, ibsend,
+    send_init, recv_init, ssend_init, rsend_init, bsend_init, start, startall, mrecv, imrecv,
+    wait, waitall, waitany, waitsome, test, testall, testany, testsome, request_free, cancel, request_get_status,
 };
-inline constexpr std::array<const char*, 17> shim_names = {
+inline constexpr std::array<const char*, 49> shim_names = {
     "MPI_Pack",      "MPI_Unpack",         "MPI_Pack_size",      "MPI_Type_commit",         "MPI_Type_dup",
     "MPI_Type_free", "MPI_Init",           "MPI_Init_thread",    "MPI_Finalize",            "MPI_Allreduce",
     "MPI_Reduce",    "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Allgatherv",
-    "MPI_Bcast",     "MPI_Alltoall"};
+    "MPI_Bcast",     "MPI_Alltoall",
+    "MPI_Send",      "MPI_Recv",           "MPI_Isend",          "MPI_Irecv",               "MPI_Sendrecv",
+    "MPI_Sendrecv_replace", "MPI_Ssend",   "MPI_Rsend",          "MPI_Bsend",               "MPI_Issend",
+    "MPI_Irsend",    "MPI_Ibsend",         "MPI_Send_init",      "MPI_Recv_init",           "MPI_Ssend_init",
+    "MPI_Rsend_init", "MPI_Bsend_init",    "MPI_Start",          "MPI_Startall",            "MPI_Mrecv",
+    "MPI_Imrecv",    "MPI_Wait",           "MPI_Waitall",        "MPI_Waitany",             "MPI_Waitsome",
+    "MPI_Test",      "MPI_Testall",        "MPI_Testany",        "MPI_Testsome",            "MPI_Request_free",
+    "MPI_Cancel",    "MPI_Request_get_status"};
 inline constexpr std::size_t shim_count = shim_names.size();
+static_assert(static_cast<std::size_t>(shim::request_get_status) + 1 == shim_count, "every shim needs a name");
 /// The first and last collective shims.
 inline constexpr shim first_collective = shim::allreduce, last_collective = shim::alltoall;
+/// The first and last point-to-point shims (data movers, then completion calls from first_completion).
+inline constexpr shim first_p2p = shim::send, first_completion = shim::wait, last_p2p = shim::request_get_status;
 
 /// Why a data-moving call went to the library instead of shunt's packer.
 enum class pass_reason : std::uint8_t {
@@ -40,17 +53,19 @@ enum class pass_reason : std::uint8_t {
     internal,        ///< shunt failed internally (logged once)
     unsupported,     ///< a collective shunt does not run: op, datatype, communicator or buffers
     measuring,       ///< the library's run while the planner measures both methods
-    empty,           ///< a collective that moves no data, or a communicator of one rank
+    empty,           ///< a collective that moves no data, or a communicator of one rank; a
+                     ///< point-to-point call of zero elements or with MPI_PROC_NULL
+    contiguous,      ///< point-to-point data that is one contiguous run in host memory: nothing to pack
 };
-inline constexpr std::array<const char*, 13> pass_reason_names = {
+inline constexpr std::array<const char*, 14> pass_reason_names = {
     "none",         "mpi-not-running", "bad-argument",   "forced-library",  "rejected-by-library",
     "unknown-type", "too-large",       "would-truncate", "planned-library", "internal-error",
-    "unsupported",  "measuring",       "nothing-to-do"};
+    "unsupported",  "measuring",       "nothing-to-do",  "contiguous"};
 inline constexpr std::size_t pass_reason_count = pass_reason_names.size();
 
-/// What a data-moving call does: pack, unpack, or a collective.
-enum class direction : std::uint8_t { pack, unpack, collective };
-inline constexpr std::size_t direction_count = 3;
+/// What a data-moving call does: pack, unpack, a collective, a point-to-point send or receive.
+enum class direction : std::uint8_t { pack, unpack, collective, send, recv };
+inline constexpr std::size_t direction_count = 5;
 
 /// Positions of the counters in one flat array (the layout the summary reduces over).
 struct counter_index {
@@ -61,13 +76,16 @@ struct counter_index {
         return shim_count + 2 * direction_count + static_cast<std::size_t>(d) * pass_reason_count +
                static_cast<std::size_t>(why);
     }
-    /// Collective calls shunt ran, per collective shim.
-    static constexpr std::size_t collective_handled(shim s) {
+    /// Calls shunt handled, per shim from the first collective on: collectives shunt ran,
+    /// point-to-point calls shunt packed or unpacked, completion calls that completed at least
+    /// one of shunt's requests.
+    static constexpr std::size_t shim_handled(shim s) {
         return shim_count + (2 + pass_reason_count) * direction_count + static_cast<std::size_t>(s) -
                static_cast<std::size_t>(first_collective);
     }
+    static constexpr std::size_t collective_handled(shim s) { return shim_handled(s); }
     static constexpr std::size_t size = shim_count + (2 + pass_reason_count) * direction_count +
-                                        static_cast<std::size_t>(last_collective) -
+                                        static_cast<std::size_t>(last_p2p) -
                                         static_cast<std::size_t>(first_collective) + 1;
 };
 using counter_values = std::array<std::uint64_t, counter_index::size>;

@@ -47,21 +47,38 @@ std::string data_call(const flat& f, shim s, direction d) {
 bool is_collective(std::size_t s) {
     return s >= static_cast<std::size_t>(first_collective) && s <= static_cast<std::size_t>(last_collective);
 }
+bool is_p2p(std::size_t s) {
+    return s >= static_cast<std::size_t>(first_p2p) && s <= static_cast<std::size_t>(last_p2p);
+}
+/// Shims listed only when called: collectives and point-to-point calls, with shunt's share.
+bool is_optional(std::size_t s) { return is_collective(s) || is_p2p(s); }
 std::uint64_t coll_handled(const flat& f, std::size_t s) {
-    return f[counter_index::collective_handled(static_cast<shim>(s))];
+    return f[counter_index::shim_handled(static_cast<shim>(s))];
+}
+
+bool p2p_called(const flat& f) {
+    for (std::size_t s = static_cast<std::size_t>(first_p2p); s < static_cast<std::size_t>(first_completion); ++s)
+        if (calls(f, static_cast<shim>(s)) > 0) return true;
+    return false;
 }
 
 std::string rank_line(const flat& f) {
     std::string out = data_call(f, shim::pack, direction::pack) + ", " + data_call(f, shim::unpack, direction::unpack);
     for (std::size_t s = static_cast<std::size_t>(shim::pack_size); s < shim_count; ++s) {
-        if (is_collective(s) && calls(f, static_cast<shim>(s)) == 0) continue;
+        if (is_optional(s) && calls(f, static_cast<shim>(s)) == 0) continue;
         out += format(", %s %" PRIu64, shim_names[s], calls(f, static_cast<shim>(s)));
-        if (is_collective(s)) out += format(" (shunt %" PRIu64 ")", coll_handled(f, s));
+        if (is_optional(s)) out += format(" (shunt %" PRIu64 ")", coll_handled(f, s));
     }
     out += "; MPI_Pack to the library: " + reasons(f, direction::pack);
     out += "; MPI_Unpack to the library: " + reasons(f, direction::unpack);
     out += format("; collectives by shunt: %" PRIu64 " bytes; to the library: ", bytes(f, direction::collective)) +
            reasons(f, direction::collective);
+    if (p2p_called(f))
+        out += format("; point-to-point by shunt: %" PRIu64 " sends (%" PRIu64 " bytes), %" PRIu64 " receives (%" PRIu64
+                      " bytes); sends to the library: ",
+                      handled(f, direction::send), bytes(f, direction::send), handled(f, direction::recv),
+                      bytes(f, direction::recv)) +
+               reasons(f, direction::send) + "; receives to the library: " + reasons(f, direction::recv);
     return out;
 }
 
@@ -75,7 +92,7 @@ std::string summary_table(const flat& f, int ranks) {
     }
     for (std::size_t s = static_cast<std::size_t>(shim::pack_size); s < shim_count; ++s) {
         const std::uint64_t n = calls(f, static_cast<shim>(s));
-        if (!is_collective(s))
+        if (!is_optional(s))
             out += format("  %-26s %12" PRIu64 " %12s %12s %16s\n", shim_names[s], n, "-", "-", "-");
         else if (n > 0)
             out += format("  %-26s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %16s\n", shim_names[s], n,
@@ -85,6 +102,14 @@ std::string summary_table(const flat& f, int ranks) {
     out += "  MPI_Pack to the library: " + reasons(f, direction::pack) + "\n";
     out += "  MPI_Unpack to the library: " + reasons(f, direction::unpack) + "\n";
     out += "  collectives to the library: " + reasons(f, direction::collective);
+    if (p2p_called(f)) {
+        out += format("\n  point-to-point: %" PRIu64 " sends (%" PRIu64 " bytes) and %" PRIu64 " receives (%" PRIu64
+                      " bytes) by shunt",
+                      handled(f, direction::send), bytes(f, direction::send), handled(f, direction::recv),
+                      bytes(f, direction::recv));
+        out += "\n  sends to the library: " + reasons(f, direction::send);
+        out += "\n  receives to the library: " + reasons(f, direction::recv);
+    }
     return out;
 }
 

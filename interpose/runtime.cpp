@@ -107,6 +107,7 @@ void runtime::started(int thread_level) noexcept {
     if (PMPI_Comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS) set_log_rank(rank);
     log_config_warnings();
     log_config_echo();
+    start_p2p();
     if (rank == 0 && !model_note_.empty()) log_warn(log_category::config, "%s", model_note_.c_str());
     if (rank == 0)
         log_info(log_category::config, "cost model: %zu measured tables (%s)", model_->tables().size(),
@@ -163,7 +164,10 @@ int runtime::init_thread(int* argc, char*** argv, int required, int* provided) n
 
 int runtime::finalize() noexcept {
     count(shim::finalize);
-    if (running()) report();
+    if (running()) {
+        drain_p2p();  // requests freed while active complete before the pools go
+        report();
+    }
     // From here on every call goes to the library, which reports use after finalize itself.
     state_.store(state::finalized, std::memory_order_release);
     return PMPI_Finalize();
@@ -385,6 +389,9 @@ int runtime::pack(const void* inbuf, int incount, MPI_Datatype type, void* outbu
     // absolute addresses, MPICH 4.0 rejects it for any type.
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || incount < 0 || outsize < 0 || *position < 0)
         return pass(pass_reason::bad_argument);
+    if (int rc = 0; device_pack(direction::pack, inbuf, outbuf, incount, type, std::int64_t{outsize} - *position,
+                                position, comm, rc))
+        return rc;
     return transfer(
         direction::pack, type, incount, std::int64_t{outsize} - *position, position, comm, pass,
         [&] {
@@ -406,6 +413,9 @@ int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, 
     if (!running()) return pass(pass_reason::not_running);
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || insize < 0 || outcount < 0 || *position < 0)
         return pass(pass_reason::bad_argument);  // MPI_BOTTOM as outbuf too: see pack()
+    if (int rc = 0; device_pack(direction::unpack, inbuf, outbuf, outcount, type, std::int64_t{insize} - *position,
+                                position, comm, rc))
+        return rc;
     return transfer(
         direction::unpack, type, outcount, std::int64_t{insize} - *position, position, comm, pass,
         [&] {

@@ -78,6 +78,50 @@ public:
     /// A communicator's topology and collective planner (cached on it as an attribute).
     struct coll_context;
 
+    // Point-to-point (p2p.cpp). A call is shunt's when its buffer is device or managed memory,
+    // or host memory holding a non-contiguous supported type that shunt's packer should move:
+    // shunt packs into a pool block and the library moves `bytes` elements of MPI_PACKED. Its
+    // requests are the library's own handles, with what to do at completion in a side table.
+
+    /// The send modes: MPI_Send, MPI_Ssend, MPI_Rsend, MPI_Bsend and their I and _init forms.
+    enum class send_mode : std::uint8_t { standard, sync, ready, buffered };
+    int send(shim s, send_mode m, const void* buf, int count, MPI_Datatype type, int dest, int tag,
+             MPI_Comm comm) noexcept;
+    int isend(shim s, send_mode m, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+              MPI_Request* request) noexcept;
+    int send_init(shim s, send_mode m, const void* buf, int count, MPI_Datatype type, int dest, int tag,
+                  MPI_Comm comm, MPI_Request* request) noexcept;
+    int recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept;
+    int irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+              MPI_Request* request) noexcept;
+    int recv_init(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+                  MPI_Request* request) noexcept;
+    int sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
+                 int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                 MPI_Status* status) noexcept;
+    int sendrecv_replace(void* buf, int count, MPI_Datatype type, int dest, int sendtag, int source, int recvtag,
+                         MPI_Comm comm, MPI_Status* status) noexcept;
+    int mrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status) noexcept;
+    int imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Request* request) noexcept;
+    int start(MPI_Request* request) noexcept;
+    int startall(int count, MPI_Request requests[]) noexcept;
+    int wait(MPI_Request* request, MPI_Status* status) noexcept;
+    int waitall(int count, MPI_Request requests[], MPI_Status statuses[]) noexcept;
+    int waitany(int count, MPI_Request requests[], int* index, MPI_Status* status) noexcept;
+    int waitsome(int incount, MPI_Request requests[], int* outcount, int indices[], MPI_Status statuses[]) noexcept;
+    int test(MPI_Request* request, int* flag, MPI_Status* status) noexcept;
+    int testall(int count, MPI_Request requests[], int* flag, MPI_Status statuses[]) noexcept;
+    int testany(int count, MPI_Request requests[], int* index, int* flag, MPI_Status* status) noexcept;
+    int testsome(int incount, MPI_Request requests[], int* outcount, int indices[], MPI_Status statuses[]) noexcept;
+    int request_free(MPI_Request* request) noexcept;
+    int cancel(MPI_Request* request) noexcept;
+    int request_get_status(MPI_Request request, int* flag, MPI_Status* status) noexcept;
+
+    /// Point-to-point state: how device buffers move, the request side table (p2p.cpp).
+    struct p2p_state;
+    struct p2p_plan;
+    struct p2p_request;
+
 private:
     enum class state : int { before, running, finalized };
 
@@ -104,6 +148,31 @@ private:
     int transfer(direction d, MPI_Datatype type, int count, std::int64_t room, int* position, MPI_Comm comm,
                  Pass pass, Probe probe, Move move) noexcept;
     void internal_failure(shim s, const char* what) noexcept;
+
+    // Point-to-point internals (p2p.cpp).
+    /// Decides whether `count` x `type` at `buf` (to or from `peer`) is shunt's; fills `plan`.
+    pass_reason plan_p2p(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer,
+                         bool keep_type, p2p_plan& plan) noexcept;
+    /// MPI_Pack / MPI_Unpack of a device buffer (p2p.cpp); false when neither buffer is on a device.
+    bool device_pack(direction d, const void* in, void* out, int count, MPI_Datatype type, std::int64_t room,
+                     int* position, MPI_Comm comm, int& rc) noexcept;
+    /// Completes what shunt owes for a finished request (error code `err`): unpack what the
+    /// library wrote (a receive, not cancelled), then release the block, or mark a persistent
+    /// `handle` inactive.
+    void finish(shim s, p2p_request& r, const MPI_Status& status, int err, MPI_Request handle) noexcept;
+    /// Tests the requests the application freed while active; finishes those that completed.
+    void progress_detached() noexcept;
+    /// At MPI_Finalize: waits for every detached request (a receive that has not matched is
+    /// cancelled first, so that it cannot hold MPI_Finalize), then releases the pools.
+    void drain_p2p() noexcept;
+    /// Sets up device support and CUDA-awareness (once, when MPI is running).
+    void start_p2p() noexcept;
+    /// The point-to-point state, or nullptr without memory (point-to-point then passes through).
+    static p2p_state* new_p2p_state() noexcept;
+    /// MPI_Start (s = shim::start, one request) and MPI_Startall: pack shunt's sends, mark its requests active.
+    int start_requests(shim s, int n, MPI_Request requests[]) noexcept;
+    /// True when some request of shunt's is alive: completion calls are pure pass-through otherwise.
+    bool p2p_live() const noexcept;
     void log_type(MPI_Datatype type, const char* event) noexcept;
     void report() noexcept;
 
@@ -145,6 +214,7 @@ private:
     /// Every communicator's collective planner, for the report (kept after the communicator is freed).
     mutable std::mutex tuners_mutex_;
     std::vector<std::shared_ptr<collective_tuner>> tuners_;
+    p2p_state* const p2p_ = new_p2p_state();  ///< never deleted (requests may complete during exit)
 };
 
 }  // namespace shunt::detail

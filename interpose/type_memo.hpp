@@ -43,16 +43,15 @@ public:
     /// this thread has no table (out of memory): the caller then leaves the call to the library.
     /// May throw what type_cache::find throws (nothing is memoised then).
     const type_info* find(MPI_Datatype t) {
-        const std::uint64_t gen = generation_.load(std::memory_order_acquire);
-        table* tab = mine();
-        if (tab == nullptr) return nullptr;
-        entry& e = tab->entries[slot_of(t)];
-        if (e.generation != gen || e.handle != t) {
-            e.info = cache_.find(t);
-            e.handle = t;
-            e.generation = gen;
-        }
-        return e.info.get();
+        const entry* e = lookup(t);
+        return e != nullptr ? e->info.get() : nullptr;
+    }
+
+    /// find(t) as a shared reference that keeps the answer alive after the type is freed (for
+    /// requests that complete later). One atomic increment, no lock on a hit.
+    std::shared_ptr<const type_info> find_shared(MPI_Datatype t) {
+        const entry* e = lookup(t);
+        return e != nullptr ? e->info : nullptr;
     }
 
 private:
@@ -66,6 +65,19 @@ private:
     };
 
     static inline thread_local table* table_ = nullptr;
+
+    const entry* lookup(MPI_Datatype t) {
+        const std::uint64_t gen = generation_.load(std::memory_order_acquire);
+        table* tab = mine();
+        if (tab == nullptr) return nullptr;
+        entry& e = tab->entries[slot_of(t)];
+        if (e.generation != gen || e.handle != t) {
+            e.info = cache_.find(t);
+            e.handle = t;
+            e.generation = gen;
+        }
+        return &e;
+    }
 
     static std::size_t slot_of(MPI_Datatype t) noexcept {
         std::uint64_t h = 0;

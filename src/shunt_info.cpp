@@ -218,7 +218,8 @@ int explain(int argc, char** argv) {
     }
     std::string where;
     auto model = effective_model(where);
-    // SHUNT_PACK's words ("auto", "library", "host") are the planner's method names.
+    // SHUNT_PACK's words "library" and "host" are the planner's method names; the others
+    // (auto and the device methods) leave host decisions to the model.
     shunt::planner pl(model, {shunt::detail::pack_kind::name(shunt::config().pack)});
     // A vector of BYTES / BLOCK blocks of BLOCK bytes, twice as far apart: the shape the pack
     // tables are measured on.

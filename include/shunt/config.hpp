@@ -61,8 +61,10 @@ struct log_spec {
 /// SHUNT_REPORT: what shunt prints at MPI_Finalize.
 enum class report_mode : std::uint8_t { off, rank, summary };
 
-/// SHUNT_PACK: who packs host buffers in MPI_Pack / MPI_Unpack.
-enum class pack_choice : std::uint8_t { automatic, library, host };
+/// SHUNT_PACK: who packs non-contiguous data (MPI_Pack / MPI_Unpack, point-to-point), and how
+/// device buffers move: `device`, `one_shot` and `staged` force a method for device buffers
+/// (host buffers then go by the cost model, as with `automatic`).
+enum class pack_choice : std::uint8_t { automatic, library, host, device, one_shot, staged };
 
 /// SHUNT_COLL: who runs the collectives shunt intercepts.
 enum class coll_choice : std::uint8_t { automatic, library, shunt };
@@ -92,8 +94,13 @@ struct choice_names<report_mode> {
 
 template <>
 struct choice_names<pack_choice> {
-    static constexpr std::array<std::pair<std::string_view, pack_choice>, 3> values = {
-        {{"auto", pack_choice::automatic}, {"library", pack_choice::library}, {"host", pack_choice::host}}};
+    static constexpr std::array<std::pair<std::string_view, pack_choice>, 6> values = {
+        {{"auto", pack_choice::automatic},
+         {"library", pack_choice::library},
+         {"host", pack_choice::host},
+         {"device", pack_choice::device},
+         {"one-shot", pack_choice::one_shot},
+         {"staged", pack_choice::staged}}};
 };
 
 template <>
@@ -282,8 +289,13 @@ using coll_kind = choice_kind<coll_choice>;
     X(report, "SHUNT_REPORT", ::shunt::detail::report_kind, "off",                                      \
       "at MPI_Finalize print shunt's counters: rank = one line per rank, summary = one table by rank 0") \
     X(pack, "SHUNT_PACK", ::shunt::detail::pack_kind, "auto",                                           \
-      "who packs host buffers in MPI_Pack/MPI_Unpack: auto = the cost model decides per call, "         \
-      "library = always the MPI library, host = shunt's host packer whenever the type is supported")   \
+      "who packs non-contiguous data in MPI_Pack/MPI_Unpack and point-to-point calls: auto = the cost " \
+      "model decides per call, library = always the MPI library, host = shunt's host packer whenever "  \
+      "the type is supported; device, one-shot, staged = that method for device buffers (pack on the "  \
+      "device for a CUDA-aware MPI, pack into mapped pinned memory, pack then copy to pinned memory)")  \
+    X(cuda_aware, "SHUNT_CUDA_AWARE", ::shunt::detail::flag_kind, "0",                                  \
+      "1: the MPI library accepts device pointers (overrides MPIX_Query_cuda_support where the MPI "    \
+      "has it); 0 and unset without that query: device buffers are staged through host memory")        \
     X(coll, "SHUNT_COLL", ::shunt::detail::coll_kind, "auto",                                           \
       "who runs MPI_Allreduce, _Reduce, _Reduce_scatter(_block), _Allgather(v), _Bcast and _Alltoall: "  \
       "auto = the cost model decides per operation and size (measuring both on first use), "           \

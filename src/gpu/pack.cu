@@ -169,6 +169,17 @@ std::int64_t unpack(const device_form& f, const void* in, void* typed, stream_t 
                            const_cast<std::byte*>(static_cast<const std::byte*>(in)), stream, first, max_bytes);
 }
 
+void copy(void* dst, const void* src, std::size_t bytes, stream_t stream) {
+    require_device();
+    if (bytes == 0) return;
+    SHUNT_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+}
+
+void synchronize(stream_t stream) {
+    require_device();
+    SHUNT_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
 void pack_fused(std::span<const device_input> in, stream_t stream) {
     require_device();
     std::vector<fused_item> items;

@@ -97,6 +97,9 @@ def check_program(args):
         if args.collectives is not None:
             done += check_collectives(args, n, same)
             continue
+        if args.p2p is not None:
+            done += check_p2p(args, n, same)
+            continue
         same("preloaded, SHUNT_PACK=auto", "preload", {"SHUNT_PACK": "auto"})
 
         # Forced host packer with the summary: shunt must really have packed and unpacked.
@@ -203,6 +206,54 @@ def check_collectives(args, n, same):
     return 5
 
 
+P2P_SENDS = ["MPI_Send", "MPI_Isend", "MPI_Ssend", "MPI_Rsend", "MPI_Bsend", "MPI_Issend", "MPI_Irsend", "MPI_Ibsend",
+             "MPI_Sendrecv", "MPI_Sendrecv_replace", "MPI_Send_init", "MPI_Ssend_init", "MPI_Rsend_init",
+             "MPI_Bsend_init", "MPI_Start", "MPI_Startall"]
+P2P_RECVS = ["MPI_Recv", "MPI_Irecv", "MPI_Recv_init", "MPI_Mrecv", "MPI_Imrecv"]
+P2P_COMPLETIONS = ["MPI_Wait", "MPI_Waitall", "MPI_Waitany", "MPI_Waitsome", "MPI_Test", "MPI_Testall", "MPI_Testany",
+                   "MPI_Testsome", "MPI_Request_free"]
+
+
+def p2p_totals(stderr):
+    m = re.search(r"^shunt\[rank 0\]:\s+point-to-point: (\d+) sends \((\d+) bytes\) and (\d+) receives \((\d+) bytes\) "
+                  r"by shunt$", stderr, re.M)
+    return tuple(int(x) for x in m.groups()) if m else None
+
+
+def check_p2p(args, n, same):
+    """The runs of a point-to-point program at n ranks (after the plain, preloaded and disabled ones)."""
+    same("preloaded, SHUNT_PACK=auto", "preload", {"SHUNT_PACK": "auto"})
+    # Forced host packer: every data-moving call on a derived type and every completion call
+    # that finished one of its requests must show calls handled by shunt.
+    p, c = same("shunt-run, SHUNT_PACK=host SHUNT_REPORT=summary", "shunt-run",
+                {"SHUNT_PACK": "host", "SHUNT_REPORT": "summary"}, lambda s: True)
+    rows = report_rows(p.stderr)
+    expect(all(line.startswith("shunt[rank 0]: ") for line in p.stderr.splitlines()),
+           "the summary must come from rank 0 only", p, c)
+    wanted = P2P_SENDS + P2P_RECVS + P2P_COMPLETIONS if args.p2p == "all" else args.p2p.split(",")
+    for call in wanted:
+        expect(call in rows, f"no {call} row in the summary", p, c)
+        calls, by_shunt, library, _ = rows[call]
+        expect(by_shunt + library == calls, f"{call}: summary columns do not add up", p, c)
+        expect(by_shunt > 0, f"{call}: no call handled by shunt with SHUNT_PACK=host", p, c)
+    totals = p2p_totals(p.stderr)
+    expect(totals is not None and all(x > 0 for x in totals), "the summary shows no point-to-point bytes by shunt", p, c)
+    # The cost model's choice, with the per-rank report.
+    p, c = same("preloaded, SHUNT_PACK=auto SHUNT_REPORT=rank", "preload", {"SHUNT_PACK": "auto", "SHUNT_REPORT": "rank"},
+                lambda s: True)
+    lines = p.stderr.splitlines()
+    expect(len(lines) == n and all("point-to-point by shunt: " in x for x in lines), "expected one report line per rank "
+           "with the point-to-point counts", p, c)
+    # Forced library: nothing by shunt.
+    p, c = same("preloaded, SHUNT_PACK=library SHUNT_REPORT=rank", "preload",
+                {"SHUNT_PACK": "library", "SHUNT_REPORT": "rank"}, lambda s: True)
+    lines = p.stderr.splitlines()
+    expect(len(lines) == n and all("point-to-point by shunt: 0 sends (0 bytes), 0 receives (0 bytes)" in x
+                                   for x in lines), "SHUNT_PACK=library must leave every point-to-point call to the "
+           "library", p, c)
+    return 4
+
+
 def check_tools(args):
     info = os.path.abspath(args.shunt_info)
 
@@ -213,7 +264,8 @@ def check_tools(args):
 
     p, c = tool([info, "--config"])
     expect(p.returncode == 0 and p.stderr == "", "shunt-info --config must succeed quietly", p, c)
-    for name in ["SHUNT_DISABLE", "SHUNT_LOG", "SHUNT_LOG_FILE", "SHUNT_REPORT", "SHUNT_PACK", "SHUNT_COLL"]:
+    for name in ["SHUNT_DISABLE", "SHUNT_LOG", "SHUNT_LOG_FILE", "SHUNT_REPORT", "SHUNT_PACK", "SHUNT_COLL",
+                 "SHUNT_CUDA_AWARE"]:
         m = re.search(rf"^{name} \((\S[^,]*), default ([^)]*)\)\n    current:  (.*)\n    (.+)\n    accepted: (.+)$",
                       p.stdout, re.M)
         expect(m is not None, f"shunt-info --config: no complete entry for {name}", p, c)
@@ -290,6 +342,10 @@ def main():
     pr.add_argument("--collectives", metavar="TOPOLOGY", default=None,
                     help="the program tests collectives: check them with SHUNT_COLL on this SHUNT_TOPOLOGY "
                     "instead of the packing checks")
+    pr.add_argument("--p2p", nargs="?", const="all", default=None, metavar="CALLS",
+                    help="the program tests point-to-point calls: check that shunt handled them with SHUNT_PACK=host "
+                    "instead of the packing checks; CALLS: a comma list of the calls that must show calls handled "
+                    "by shunt (default: every point-to-point and completion call)")
     pr.add_argument("command", nargs=argparse.REMAINDER)
     tl = sub.add_parser("tools")
     tl.add_argument("--shunt-info", required=True)

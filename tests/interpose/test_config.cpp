@@ -83,6 +83,15 @@ TEST_CASE("choices accept only their names") {
     CHECK(detail::pack_kind::parse("host", p));
     CHECK(p == pack_choice::host);
     CHECK(detail::pack_kind::format(pack_choice::automatic) == "auto");
+    CHECK(detail::pack_kind::parse("One-Shot", p));
+    CHECK(p == pack_choice::one_shot);
+    CHECK(detail::pack_kind::format(pack_choice::one_shot) == "one-shot");
+    CHECK(detail::pack_kind::parse("staged", p));
+    CHECK(p == pack_choice::staged);
+    CHECK(detail::pack_kind::parse("device", p));
+    CHECK(p == pack_choice::device);
+    for (const char* bad : {"oneshot", "one_shot", "gpu", "stage"}) CHECK_FALSE(accepts<detail::pack_kind>(bad));
+    CHECK(detail::pack_kind::accepted() == "auto, library, host, device, one-shot, staged");
     CHECK(detail::report_kind::accepted() == "off, rank, summary");
 }
 

@@ -7,6 +7,7 @@
 #include <shunt/gpu/descriptor.hpp>
 #include <shunt/gpu/index.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -75,6 +76,15 @@ std::int64_t pack(const device_form& f, const void* typed, void* out, stream_t s
 /// repeat a byte (MPI forbids receiving into such types).
 std::int64_t unpack(const device_form& f, const void* in, void* typed, stream_t stream, std::int64_t first = 0,
                     std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max());
+
+/// Copies `bytes` between any two of device, managed and pinned host memory, ordered on
+/// `stream` (cudaMemcpyAsync with the direction inferred). Throws shunt::unsupported without
+/// device support, cuda_error on failure.
+void copy(void* dst, const void* src, std::size_t bytes, stream_t stream);
+
+/// Waits until all work queued on `stream` has finished. Throws shunt::unsupported without
+/// device support, cuda_error when the stream reports an error.
+void synchronize(stream_t stream);
 
 /// One item of a fused pack: the whole stream of `form` from `typed` into `out`.
 struct device_input {
