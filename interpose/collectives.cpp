@@ -5,6 +5,7 @@
 #include <shunt/collectives/allgatherv.hpp>
 #include <shunt/collectives/allreduce.hpp>
 #include <shunt/collectives/alltoall.hpp>
+#include <shunt/collectives/alltoallv.hpp>
 #include <shunt/collectives/bcast.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/reduce.hpp>
@@ -585,6 +586,109 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
             shunt::alltoall(t, topo.groups(), in.data(), out.data(), block);
         }
         out.unpack();
+    });
+}
+
+namespace {
+
+/// The blocks of an alltoallv side as byte ranges: the buffer itself for a dense type (unless
+/// `copy`: the data must be copied out first, as for MPI_IN_PLACE), else a staging copy, which a
+/// send side fills at construction (PMPI_Pack per block) and a receive side writes back in
+/// scatter() (PMPI_Unpack per block).
+class block_images {
+public:
+    block_images(void* buf, const int counts[], const int displs[], MPI_Datatype type, const type_facts& f, int p,
+                 bool send, bool copy)
+        : buf_(static_cast<std::byte*>(buf)), counts_(counts), displs_(displs), type_(type), facts_(f),
+          bytes_(static_cast<std::size_t>(p)), offsets_(static_cast<std::size_t>(p)), direct_(f.dense && !copy) {
+        std::int64_t total = 0;
+        for (int j = 0; j < p; ++j) {
+            const auto js = static_cast<std::size_t>(j);
+            bytes_[js] = std::int64_t{counts[j]} * f.size;
+            offsets_[js] = direct_ ? std::int64_t{displs[j]} * f.extent : total;
+            total += bytes_[js];
+        }
+        if (direct_) {
+            base_ = buf_;
+            return;
+        }
+        staging_ = host_buffer(std::max<std::int64_t>(total, 1));
+        base_ = staging_.data();
+        if (send)
+            for (int j = 0; j < p; ++j) move(j, true);
+    }
+    /// Writes received staging bytes back into the buffer (a no-op when received in place).
+    void scatter(int p) {
+        if (direct_) return;
+        for (int j = 0; j < p; ++j) move(j, false);
+    }
+    const std::byte* base() const { return base_; }
+    std::byte* base() { return base_; }
+    const std::vector<std::int64_t>& bytes() const { return bytes_; }
+    const std::vector<std::int64_t>& offsets() const { return offsets_; }
+
+private:
+    void move(int j, bool gather) {
+        const auto js = static_cast<std::size_t>(j);
+        if (bytes_[js] == 0) return;
+        void* at = buf_ + static_cast<std::ptrdiff_t>(std::int64_t{displs_[j]} * facts_.extent);
+        byte_image img(at, counts_[j], type_, facts_);
+        if (gather) {
+            img.pack();
+            std::memcpy(base_ + offsets_[js], img.data(), static_cast<std::size_t>(bytes_[js]));
+        } else {
+            std::memcpy(img.data(), base_ + offsets_[js], static_cast<std::size_t>(bytes_[js]));
+            img.unpack();
+        }
+    }
+
+    std::byte* buf_;
+    const int* counts_;
+    const int* displs_;
+    MPI_Datatype type_;
+    type_facts facts_;
+    std::vector<std::int64_t> bytes_, offsets_;
+    bool direct_;
+    host_buffer staging_{0};
+    std::byte* base_ = nullptr;
+};
+
+}  // namespace
+
+int runtime::alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                       void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
+                       MPI_Comm comm) noexcept {
+    this->count(shim::alltoallv);
+    const auto library = [&] {
+        return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+    };
+    const auto pass = [&](pass_reason why) {
+        count_pass(direction::collective, why);
+        return library();
+    };
+    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    // One decision per communicator (size key 0): every rank must take the same path, and the
+    // sizes differ per rank. Every check below that passes to the library is one an MPI-correct
+    // program answers alike on all ranks.
+    if (settled_on_library(comm, coll_op::alltoallv, 0)) return pass(pass_reason::planned);
+    const bool in_place = sendbuf == MPI_IN_PLACE;
+    int size = 0, inter = 0;
+    if (recvcounts == nullptr || rdispls == nullptr || (!in_place && (sendcounts == nullptr || sdispls == nullptr)) ||
+        PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
+        return pass(pass_reason::bad_argument);
+    const type_facts rt = facts_of(recvtype);
+    const type_facts st = in_place ? rt : facts_of(sendtype);
+    if (!rt.ok || !st.ok) return pass(pass_reason::bad_argument);
+    for (int j = 0; j < size; ++j)
+        if (recvcounts[j] < 0 || (!in_place && sendcounts[j] < 0)) return pass(pass_reason::bad_argument);
+    return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, library, [&](const topology& topo) {
+        mpi_transport t(topo.comm());
+        // In place: the data to send are in recvbuf under the receive counts, copied out first.
+        block_images in(in_place ? recvbuf : const_cast<void*>(sendbuf), in_place ? recvcounts : sendcounts,
+                        in_place ? rdispls : sdispls, in_place ? recvtype : sendtype, st, size, true, in_place);
+        block_images out(recvbuf, recvcounts, rdispls, recvtype, rt, size, false, false);
+        shunt::alltoallv(t, topo.groups(), in.base(), in.bytes(), in.offsets(), out.base(), out.bytes(), out.offsets());
+        out.scatter(size);
     });
 }
 

@@ -72,6 +72,10 @@ public:
     int allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
                    const int displs[], MPI_Datatype recvtype, MPI_Comm comm) noexcept;
     int bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) noexcept;
+    /// One planner decision per communicator (not per size class): the sizes differ per rank, so
+    /// no size is common to all ranks without a round of communication.
+    int alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void* recvbuf,
+                  const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) noexcept;
     int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) noexcept;
 

@@ -145,6 +145,16 @@ SHUNT_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype s
                          : PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
+SHUNT_EXPORT int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                               void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
+                               MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr
+               ? rt->alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
+               : PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+}
+
 // Point-to-point: shunt packs device buffers and non-contiguous data; completion calls finish its requests.
 
 SHUNT_EXPORT int MPI_Send(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {

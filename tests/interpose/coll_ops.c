@@ -336,6 +336,63 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
         free(rcounts);
         free(displs);
         free(packed);
+
+        /* Alltoallv: count(i -> j) the same formula on every rank, some pairs empty; send blocks
+         * in reverse rank order one element apart, receive blocks in rank order two apart; then
+         * in place (symmetric counts); then odd ranks send with a type of one int per 8 bytes. */
+        {
+            int *sc = (int*)malloc(sizeof(int) * (size_t)size), *sd = (int*)malloc(sizeof(int) * (size_t)size);
+            int *rc = (int*)malloc(sizeof(int) * (size_t)size), *rd = (int*)malloc(sizeof(int) * (size_t)size);
+            SHUNT_TEST_REQUIRE(sc && sd && rc && rd, "out of memory");
+#define A2AV_COUNT(i, j) ((((i) * 7 + (j) * 3 + n) % 5) * n / 4)
+            int sspan = 0, rspan = 0;
+            for (int j = size - 1; j >= 0; --j) {
+                sc[j] = A2AV_COUNT(rank, j);
+                sd[j] = sspan;
+                sspan += sc[j] + 1;
+            }
+            for (int i = 0; i < size; ++i) {
+                rc[i] = A2AV_COUNT(i, rank);
+                rd[i] = rspan;
+                rspan += rc[i] + 2;
+            }
+            int* src = (int*)malloc(sizeof(int) * 2 * (size_t)sspan + 8);
+            SHUNT_TEST_REQUIRE(src != NULL, "out of memory");
+            test_fill(src, sizeof(int) * 2 * (size_t)sspan + 8, 41u + (uint32_t)rank);
+            snprintf(what, sizeof what, "%s: MPI_Alltoallv around %d ints, uneven, reversed with gaps", cname, n);
+            p = pair_make(sizeof(int) * (size_t)rspan + 8, 42);
+            SHUNT_TEST_MPI(MPI_Alltoallv(src, sc, sd, MPI_INT, p.a, rc, rd, MPI_INT, comm));
+            SHUNT_TEST_MPI(PMPI_Alltoallv(src, sc, sd, MPI_INT, p.b, rc, rd, MPI_INT, comm));
+            pair_check(&p, what, comm);
+
+            MPI_Datatype spaced;
+            SHUNT_TEST_MPI(MPI_Type_create_resized(MPI_INT, 0, 2 * (MPI_Aint)sizeof(int), &spaced));
+            SHUNT_TEST_MPI(MPI_Type_commit(&spaced));
+            snprintf(what, sizeof what, "%s: MPI_Alltoallv around %d ints, odd ranks send one int per 8 bytes", cname, n);
+            p = pair_make(sizeof(int) * (size_t)rspan + 8, 43);
+            SHUNT_TEST_MPI(MPI_Alltoallv(src, sc, sd, rank % 2 ? spaced : MPI_INT, p.a, rc, rd, MPI_INT, comm));
+            SHUNT_TEST_MPI(PMPI_Alltoallv(src, sc, sd, rank % 2 ? spaced : MPI_INT, p.b, rc, rd, MPI_INT, comm));
+            pair_check(&p, what, comm);
+            SHUNT_TEST_MPI(MPI_Type_free(&spaced));
+
+            rspan = 0;
+            for (int i = 0; i < size; ++i) {
+                rc[i] = A2AV_COUNT(i < rank ? i : rank, i < rank ? rank : i);
+                rd[i] = rspan;
+                rspan += rc[i] + 1;
+            }
+#undef A2AV_COUNT
+            snprintf(what, sizeof what, "%s: MPI_Alltoallv in place around %d ints", cname, n);
+            p = pair_make(sizeof(int) * (size_t)rspan + 8, 44u + (uint32_t)rank);
+            SHUNT_TEST_MPI(MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, p.a, rc, rd, MPI_INT, comm));
+            SHUNT_TEST_MPI(PMPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, p.b, rc, rd, MPI_INT, comm));
+            pair_check(&p, what, comm);
+            free(src);
+            free(sc);
+            free(sd);
+            free(rc);
+            free(rd);
+        }
         free(in);
     }
 }

@@ -171,7 +171,7 @@ def check_program(args):
 
 
 COLLECTIVES = ["MPI_Allreduce", "MPI_Reduce", "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather",
-               "MPI_Allgatherv", "MPI_Bcast", "MPI_Alltoall"]
+               "MPI_Allgatherv", "MPI_Bcast", "MPI_Alltoall", "MPI_Alltoallv"]
 
 
 def check_collectives(args, n, same):

@@ -32,9 +32,11 @@ enum class coll_op : std::uint8_t {
     bcast,
     reduce,
     alltoall,
+    alltoallv,
 };
-inline constexpr std::array<std::string_view, 8> coll_op_names = {
-    "allreduce", "reduce_scatter_block", "reduce_scatter", "allgather", "allgatherv", "bcast", "reduce", "alltoall"};
+inline constexpr std::array<std::string_view, 9> coll_op_names = {
+    "allreduce", "reduce_scatter_block", "reduce_scatter", "allgather", "allgatherv", "bcast", "reduce", "alltoall",
+    "alltoallv"};
 inline constexpr std::string_view to_string(coll_op op) { return coll_op_names[static_cast<std::size_t>(op)]; }
 
 /// Who runs a collective: the MPI library's own algorithm, or shunt's partitioned schedule
@@ -102,7 +104,8 @@ inline double coll_steps(coll_op op, int q) {
     const double lg = std::ceil(std::log2(static_cast<double>(q)));
     switch (op) {
         case coll_op::allreduce: return 2 * lg;
-        case coll_op::alltoall: return q - 1;
+        case coll_op::alltoall:
+        case coll_op::alltoallv: return q - 1;
         default: return lg;
     }
 }
@@ -143,7 +146,7 @@ inline double analytic_collective(const analytic_params& p, coll_op op, coll_met
         const int q = k < s.group_sizes.size() ? std::max(1, s.group_sizes[k] / inner) : std::max(1, s.ranks / inner);
         const auto& link = detail::link_of(p, s, k);
         t += detail::coll_steps(op, q) * link.latency_s + detail::coll_volume(op, q) * data / link.bytes_per_s;
-        if (op != coll_op::alltoall && op != coll_op::bcast) data /= std::max(1, q);
+        if (op != coll_op::alltoall && op != coll_op::alltoallv && op != coll_op::bcast) data /= std::max(1, q);
         inner *= q;
     }
     return t;
