@@ -1032,233 +1032,162 @@ void runtime::drain_p2p() noexcept {
     gpu::release_pools();
 }
 
-int runtime::wait(MPI_Request* request, MPI_Status* status) noexcept {
-    this->count(shim::wait);
-    if (!p2p_live()) return PMPI_Wait(request, status);
+template <class Library, class Settle>
+int runtime::complete(shim s, int n, const MPI_Request* requests, MPI_Status* given, bool array, Library library,
+                      Settle settle) noexcept {
+    this->count(s);
+    if (!p2p_live()) return library(given);
+    const bool waits = s == shim::wait || s == shim::waitall || s == shim::waitany || s == shim::waitsome;
     progress_detached();
     std::vector<claimed> mine;
     try {
-        mine = claim(*p2p_, 1, request);
+        mine = claim(*p2p_, n, requests);
     } catch (...) {
-        internal_failure(shim::wait, "cannot read the request table");
+        internal_failure(s, "cannot read the request table");
     }
+    int rc = MPI_SUCCESS;
     if (mine.empty()) {
-        const int rc = PMPI_Wait(request, status);
-        progress_detached();
-        return rc;
+        rc = library(given);
+    } else {
+        MPI_Status one;
+        std::vector<MPI_Status> local;
+        MPI_Status* st = array ? statuses_for(given, local, n) : given == MPI_STATUS_IGNORE ? &one : given;
+        rc = library(st);
+        if (settle(mine, rc, st)) stats_.add(counter_index::shim_handled(s));
     }
-    MPI_Status local;
-    MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Wait(request, st);
-    // MPI_Wait completes the request, with an error of its own or not.
-    finish(shim::wait, mine[0].r, *st, rc, mine[0].handle);
-    stats_.add(counter_index::shim_handled(shim::wait));
-    progress_detached();
+    if (waits) progress_detached();  // a test returns at once, as the library's does
     return rc;
+}
+
+template <class Claimed>
+bool runtime::settle_some(shim s, std::vector<Claimed>& mine, int rc, const MPI_Status* st, const int* outcount,
+                          const int* indices) noexcept {
+    bool any = false;
+    for (auto& c : mine) {
+        int j = -1;
+        if (outcount != nullptr && *outcount != MPI_UNDEFINED && indices != nullptr)
+            for (int k = 0; k < *outcount && j < 0; ++k)
+                if (indices[k] == c.index) j = k;
+        if (j >= 0 && entry_completed(rc, st[j])) {
+            finish(s, c.r, st[j], entry_error(rc, st[j]), c.handle);
+            any = true;
+        } else {
+            unclaim(*p2p_, c);
+        }
+    }
+    return any;
+}
+
+int runtime::wait(MPI_Request* request, MPI_Status* status) noexcept {
+    return complete(
+        shim::wait, 1, request, status, false, [&](MPI_Status* st) { return PMPI_Wait(request, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            // MPI_Wait completes the request, with an error of its own or not.
+            finish(shim::wait, mine[0].r, *st, rc, mine[0].handle);
+            return true;
+        });
 }
 
 int runtime::test(MPI_Request* request, int* flag, MPI_Status* status) noexcept {
-    this->count(shim::test);
-    if (!p2p_live()) return PMPI_Test(request, flag, status);
-    progress_detached();
-    std::vector<claimed> mine;
-    try {
-        mine = claim(*p2p_, 1, request);
-    } catch (...) {
-        internal_failure(shim::test, "cannot read the request table");
-    }
-    if (mine.empty()) return PMPI_Test(request, flag, status);
-    MPI_Status local;
-    MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Test(request, flag, st);
-    if (flag != nullptr && *flag) {
-        finish(shim::test, mine[0].r, *st, rc, mine[0].handle);
-        stats_.add(counter_index::shim_handled(shim::test));
-    } else {
-        unclaim(*p2p_, mine[0]);
-    }
-    return rc;
+    return complete(
+        shim::test, 1, request, status, false, [&](MPI_Status* st) { return PMPI_Test(request, flag, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            if (flag == nullptr || !*flag) {
+                unclaim(*p2p_, mine[0]);
+                return false;
+            }
+            finish(shim::test, mine[0].r, *st, rc, mine[0].handle);
+            return true;
+        });
 }
 
 int runtime::waitall(int n, MPI_Request requests[], MPI_Status statuses[]) noexcept {
-    this->count(shim::waitall);
-    if (!p2p_live()) return PMPI_Waitall(n, requests, statuses);
-    progress_detached();
-    std::vector<claimed> mine;
-    try {
-        mine = claim(*p2p_, n, requests);
-    } catch (...) {
-        internal_failure(shim::waitall, "cannot read the request table");
-    }
-    if (mine.empty()) {
-        const int rc = PMPI_Waitall(n, requests, statuses);
-        progress_detached();
-        return rc;
-    }
-    std::vector<MPI_Status> local;
-    MPI_Status* st = statuses_for(statuses, local, n);
-    const int rc = PMPI_Waitall(n, requests, st);
-    for (auto& c : mine) {
-        const MPI_Status& s = st[c.index];
-        if (entry_completed(rc, s))
-            finish(shim::waitall, c.r, s, entry_error(rc, s), c.handle);
-        else
-            unclaim(*p2p_, c);
-    }
-    stats_.add(counter_index::shim_handled(shim::waitall));
-    progress_detached();
-    return rc;
+    return complete(
+        shim::waitall, n, requests, statuses, true, [&](MPI_Status* st) { return PMPI_Waitall(n, requests, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            for (auto& c : mine) {
+                const MPI_Status& e = st[c.index];
+                if (entry_completed(rc, e))
+                    finish(shim::waitall, c.r, e, entry_error(rc, e), c.handle);
+                else
+                    unclaim(*p2p_, c);
+            }
+            return true;
+        });
 }
 
 int runtime::testall(int n, MPI_Request requests[], int* flag, MPI_Status statuses[]) noexcept {
-    this->count(shim::testall);
-    if (!p2p_live()) return PMPI_Testall(n, requests, flag, statuses);
-    progress_detached();
-    std::vector<claimed> mine;
-    try {
-        mine = claim(*p2p_, n, requests);
-    } catch (...) {
-        internal_failure(shim::testall, "cannot read the request table");
-    }
-    if (mine.empty()) return PMPI_Testall(n, requests, flag, statuses);
-    std::vector<MPI_Status> local;
-    MPI_Status* st = statuses_for(statuses, local, n);
-    const int rc = PMPI_Testall(n, requests, flag, st);
-    const bool all = (flag != nullptr && *flag) || rc == MPI_ERR_IN_STATUS;
-    bool any = false;
-    for (auto& c : mine) {
-        const MPI_Status& s = st[c.index];
-        if (all && entry_completed(rc, s)) {
-            finish(shim::testall, c.r, s, entry_error(rc, s), c.handle);
-            any = true;
-        } else {
-            unclaim(*p2p_, c);
-        }
-    }
-    if (any) stats_.add(counter_index::shim_handled(shim::testall));
-    return rc;
+    return complete(
+        shim::testall, n, requests, statuses, true,
+        [&](MPI_Status* st) { return PMPI_Testall(n, requests, flag, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            const bool all = (flag != nullptr && *flag) || rc == MPI_ERR_IN_STATUS;
+            bool any = false;
+            for (auto& c : mine) {
+                const MPI_Status& e = st[c.index];
+                if (all && entry_completed(rc, e)) {
+                    finish(shim::testall, c.r, e, entry_error(rc, e), c.handle);
+                    any = true;
+                } else {
+                    unclaim(*p2p_, c);
+                }
+            }
+            return any;
+        });
 }
 
 int runtime::waitany(int n, MPI_Request requests[], int* index, MPI_Status* status) noexcept {
-    this->count(shim::waitany);
-    if (!p2p_live()) return PMPI_Waitany(n, requests, index, status);
-    progress_detached();
-    std::vector<claimed> mine;
-    try {
-        mine = claim(*p2p_, n, requests);
-    } catch (...) {
-        internal_failure(shim::waitany, "cannot read the request table");
-    }
-    if (mine.empty()) {
-        const int rc = PMPI_Waitany(n, requests, index, status);
-        progress_detached();
-        return rc;
-    }
-    MPI_Status local;
-    MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Waitany(n, requests, index, st);
-    for (auto& c : mine) {
-        if (index != nullptr && *index == c.index) {
-            finish(shim::waitany, c.r, *st, rc, c.handle);
-            stats_.add(counter_index::shim_handled(shim::waitany));
-        } else {
-            unclaim(*p2p_, c);
-        }
-    }
-    progress_detached();
-    return rc;
+    return complete(
+        shim::waitany, n, requests, status, false,
+        [&](MPI_Status* st) { return PMPI_Waitany(n, requests, index, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            bool any = false;
+            for (auto& c : mine) {
+                if (index != nullptr && *index == c.index) {
+                    finish(shim::waitany, c.r, *st, rc, c.handle);
+                    any = true;
+                } else {
+                    unclaim(*p2p_, c);
+                }
+            }
+            return any;
+        });
 }
 
 int runtime::testany(int n, MPI_Request requests[], int* index, int* flag, MPI_Status* status) noexcept {
-    this->count(shim::testany);
-    if (!p2p_live()) return PMPI_Testany(n, requests, index, flag, status);
-    progress_detached();
-    std::vector<claimed> mine;
-    try {
-        mine = claim(*p2p_, n, requests);
-    } catch (...) {
-        internal_failure(shim::testany, "cannot read the request table");
-    }
-    if (mine.empty()) return PMPI_Testany(n, requests, index, flag, status);
-    MPI_Status local;
-    MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Testany(n, requests, index, flag, st);
-    for (auto& c : mine) {
-        if (flag != nullptr && *flag && index != nullptr && *index == c.index) {
-            finish(shim::testany, c.r, *st, rc, c.handle);
-            stats_.add(counter_index::shim_handled(shim::testany));
-        } else {
-            unclaim(*p2p_, c);
-        }
-    }
-    return rc;
+    return complete(
+        shim::testany, n, requests, status, false,
+        [&](MPI_Status* st) { return PMPI_Testany(n, requests, index, flag, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            bool any = false;
+            for (auto& c : mine) {
+                if (flag != nullptr && *flag && index != nullptr && *index == c.index) {
+                    finish(shim::testany, c.r, *st, rc, c.handle);
+                    any = true;
+                } else {
+                    unclaim(*p2p_, c);
+                }
+            }
+            return any;
+        });
 }
 
 int runtime::waitsome(int n, MPI_Request requests[], int* outcount, int indices[], MPI_Status statuses[]) noexcept {
-    this->count(shim::waitsome);
-    if (!p2p_live()) return PMPI_Waitsome(n, requests, outcount, indices, statuses);
-    progress_detached();
-    std::vector<claimed> mine;
-    try {
-        mine = claim(*p2p_, n, requests);
-    } catch (...) {
-        internal_failure(shim::waitsome, "cannot read the request table");
-    }
-    if (mine.empty()) {
-        const int rc = PMPI_Waitsome(n, requests, outcount, indices, statuses);
-        progress_detached();
-        return rc;
-    }
-    std::vector<MPI_Status> local;
-    MPI_Status* st = statuses_for(statuses, local, n);
-    const int rc = PMPI_Waitsome(n, requests, outcount, indices, st);
-    bool any = false;
-    for (auto& c : mine) {
-        int j = -1;
-        if (outcount != nullptr && *outcount != MPI_UNDEFINED && indices != nullptr)
-            for (int k = 0; k < *outcount && j < 0; ++k)
-                if (indices[k] == c.index) j = k;
-        if (j >= 0 && entry_completed(rc, st[j])) {
-            finish(shim::waitsome, c.r, st[j], entry_error(rc, st[j]), c.handle);
-            any = true;
-        } else {
-            unclaim(*p2p_, c);
-        }
-    }
-    if (any) stats_.add(counter_index::shim_handled(shim::waitsome));
-    progress_detached();
-    return rc;
+    return complete(
+        shim::waitsome, n, requests, statuses, true,
+        [&](MPI_Status* st) { return PMPI_Waitsome(n, requests, outcount, indices, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            return settle_some(shim::waitsome, mine, rc, st, outcount, indices);
+        });
 }
 
 int runtime::testsome(int n, MPI_Request requests[], int* outcount, int indices[], MPI_Status statuses[]) noexcept {
-    this->count(shim::testsome);
-    if (!p2p_live()) return PMPI_Testsome(n, requests, outcount, indices, statuses);
-    progress_detached();
-    std::vector<claimed> mine;
-    try {
-        mine = claim(*p2p_, n, requests);
-    } catch (...) {
-        internal_failure(shim::testsome, "cannot read the request table");
-    }
-    if (mine.empty()) return PMPI_Testsome(n, requests, outcount, indices, statuses);
-    std::vector<MPI_Status> local;
-    MPI_Status* st = statuses_for(statuses, local, n);
-    const int rc = PMPI_Testsome(n, requests, outcount, indices, st);
-    bool any = false;
-    for (auto& c : mine) {
-        int j = -1;
-        if (outcount != nullptr && *outcount != MPI_UNDEFINED && indices != nullptr)
-            for (int k = 0; k < *outcount && j < 0; ++k)
-                if (indices[k] == c.index) j = k;
-        if (j >= 0 && entry_completed(rc, st[j])) {
-            finish(shim::testsome, c.r, st[j], entry_error(rc, st[j]), c.handle);
-            any = true;
-        } else {
-            unclaim(*p2p_, c);
-        }
-    }
-    if (any) stats_.add(counter_index::shim_handled(shim::testsome));
-    return rc;
+    return complete(
+        shim::testsome, n, requests, statuses, true,
+        [&](MPI_Status* st) { return PMPI_Testsome(n, requests, outcount, indices, st); },
+        [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
+            return settle_some(shim::testsome, mine, rc, st, outcount, indices);
+        });
 }
 
 int runtime::request_free(MPI_Request* request) noexcept {

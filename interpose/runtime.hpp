@@ -164,6 +164,18 @@ private:
     /// library wrote (a receive, not cancelled), then release the block, or mark a persistent
     /// `handle` inactive.
     void finish(shim s, p2p_request& r, const MPI_Status& status, int err, MPI_Request handle) noexcept;
+    /// The frame of every completion call: pure pass-through while shunt has no request alive;
+    /// else claim shunt's requests among requests[0..n), call the library (`library(st)`, st the
+    /// application's status (`array` false) or statuses, or local ones where it ignores them),
+    /// and let `settle(claimed, rc, st)` finish or give back each claimed request, returning
+    /// whether the call counts as handled. The waits also progress detached requests after.
+    template <class Library, class Settle>
+    int complete(shim s, int n, const MPI_Request* requests, MPI_Status* given, bool array, Library library,
+                 Settle settle) noexcept;
+    /// Waitsome/Testsome's settle: finishes the claimed requests among the completed indices.
+    template <class Claimed>
+    bool settle_some(shim s, std::vector<Claimed>& mine, int rc, const MPI_Status* st, const int* outcount,
+                     const int* indices) noexcept;
     /// Tests the requests the application freed while active; finishes those that completed.
     void progress_detached() noexcept;
     /// At MPI_Finalize: waits for every detached request (a receive that has not matched is
