@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
     char* sendbuf = malloc((size_t)buf_bytes);
     char* recvbuf = malloc((size_t)buf_bytes);
     MPI_Request* reqs = malloc(sizeof(MPI_Request) * 2 * NDIRS * (size_t)nq);
-    if (!sendbuf || !recvbuf || !reqs) die("out of memory");
+    MPI_Status* stats = malloc(sizeof(MPI_Status) * 2 * NDIRS * (size_t)nq);
+    if (!sendbuf || !recvbuf || !reqs || !stats) die("out of memory");
 
     const long gn[3] = {(long)dims[0] * n, (long)dims[1] * n, (long)dims[2] * n};
     const long origin[3] = {(long)coords[0] * n, (long)coords[1] * n, (long)coords[2] * n};
@@ -142,7 +143,7 @@ int main(int argc, char** argv) {
                     MPI_Irecv(field[q], 1, recv_type[i], recv_from[i], i * nq + q, cart, &reqs[r++]);
             for (int i = 0; i < NDIRS; ++i)
                 for (int q = 0; q < nq; ++q) MPI_Isend(field[q], 1, send_type[i], send_to[i], i * nq + q, cart, &reqs[r++]);
-            MPI_Waitall(r, reqs, MPI_STATUSES_IGNORE);
+            MPI_Waitall(r, reqs, stats);
         }
         for (int i = 0; i < NDIRS && !by_types; ++i) {
             int pos = 0;
@@ -206,6 +207,7 @@ int main(int argc, char** argv) {
     free(sendbuf);
     free(recvbuf);
     free(reqs);
+    free(stats);
     MPI_Comm_free(&cart);
     int ok = 0;
     if (rank == 0) ok = wrong_all == 0;
