@@ -10,10 +10,38 @@
 #include <cstddef>
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
 namespace shunt {
+
+namespace detail {
+
+/// How the caller's group at level k of `h` aggregates an alltoall: its group, the group's
+/// members and the caller's position in it, and which destinations each member collects.
+struct aggregation {
+    aggregation(const hierarchy& hier, int level, int me)
+        : h(hier), k(level), my_group(hier.group_of(level, me)), mine(hier.members(level, my_group)),
+          g(static_cast<int>(mine.size())), my_pos(hier.position(level, me)), dests(static_cast<std::size_t>(g)) {
+        for (int y = 0; y < h.size(); ++y) dests[static_cast<std::size_t>(h.position(k, rep_in(my_group, y)))].push_back(y);
+    }
+    /// The member of `group` that forwards blocks for y into y's group (y itself inside it).
+    int rep_in(int group, int y) const {
+        if (h.group_of(k, y) == group) return y;
+        auto m = h.members(k, group);
+        return m[static_cast<std::size_t>(h.position(k, y)) % m.size()];
+    }
+
+    const hierarchy& h;
+    int k, my_group;
+    std::span<const int> mine;
+    int g, my_pos;
+    /// dests[z]: the ranks whose blocks member z of the caller's group collects, ascending.
+    std::vector<std::vector<int>> dests;
+};
+
+}  // namespace detail
 
 /// Alltoall of `bytes` bytes per pair: the block at sendbuf + j*bytes of rank i lands at
 /// recvbuf + i*bytes of rank j.
@@ -59,19 +87,11 @@ void alltoall(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std:
         return;
     }
 
-    const int my_group = h.group_of(k, me);
-    const auto mine = h.members(k, my_group);
-    const int g = static_cast<int>(mine.size());
-    const int my_pos = h.position(k, me);
-    // The member of `group` that forwards blocks for y into y's group (y itself inside it).
-    auto rep_in = [&](int group, int y) {
-        if (h.group_of(k, y) == group) return y;
-        auto m = h.members(k, group);
-        return m[static_cast<std::size_t>(h.position(k, y)) % m.size()];
-    };
-    // dests[z]: the ranks whose blocks member z of my group collects, ascending.
-    std::vector<std::vector<int>> dests(static_cast<std::size_t>(g));
-    for (int y = 0; y < p; ++y) dests[static_cast<std::size_t>(h.position(k, rep_in(my_group, y)))].push_back(y);
+    const detail::aggregation agg(h, k, me);
+    const int my_group = agg.my_group, g = agg.g, my_pos = agg.my_pos;
+    const auto mine = agg.mine;
+    const auto& dests = agg.dests;
+    auto rep_in = [&](int group, int y) { return agg.rep_in(group, y); };
     const auto& my_dests = dests[static_cast<std::size_t>(my_pos)];
     const auto nd = static_cast<std::int64_t>(my_dests.size());
     std::vector<int> outside;  // the destinations I forward to, outside my group

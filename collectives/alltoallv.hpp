@@ -1,6 +1,7 @@
 // shunt/collectives/alltoallv.hpp: node-aware alltoallv (per-pair sizes; messages aggregated per group before they cross the outer level).
 #pragma once
 
+#include <shunt/collectives/alltoall.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
@@ -60,18 +61,11 @@ void alltoallv(T& t, const hierarchy& h, const void* sendbuf, std::span<const st
         return;
     }
 
-    const int my_group = h.group_of(k, me);
-    const auto mine = h.members(k, my_group);
-    const int g = static_cast<int>(mine.size());
-    const int my_pos = h.position(k, me);
-    auto rep_in = [&](int group, int y) {
-        if (h.group_of(k, y) == group) return y;
-        auto m = h.members(k, group);
-        return m[static_cast<std::size_t>(h.position(k, y)) % m.size()];
-    };
-    // dests[z]: the ranks whose blocks member z of my group collects, ascending.
-    std::vector<std::vector<int>> dests(static_cast<std::size_t>(g));
-    for (int y = 0; y < p; ++y) dests[static_cast<std::size_t>(h.position(k, rep_in(my_group, y)))].push_back(y);
+    const detail::aggregation agg(h, k, me);
+    const int my_group = agg.my_group, g = agg.g, my_pos = agg.my_pos;
+    const auto mine = agg.mine;
+    const auto& dests = agg.dests;
+    auto rep_in = [&](int group, int y) { return agg.rep_in(group, y); };
     const auto& my_dests = dests[static_cast<std::size_t>(my_pos)];
     const std::size_t nd = my_dests.size();
     group_view<T> grp(t, mine);
