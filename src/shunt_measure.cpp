@@ -258,11 +258,27 @@ void parse_collective_table(const std::string& name, coll_op& op, coll_method& m
     m = method == "library" ? coll_method::library : coll_method::hierarchical;
 }
 
-/// Re-measures each table at held-out sizes and prints its prediction error.
+/// Absolute percentage errors of `predicted`'s interpolation against each point of `measured`.
+std::vector<double> errors_against(const time_table& predicted, const std::vector<table_point>& measured) {
+    std::vector<double> e;
+    for (const auto& p : measured)
+        if (p.time > 0) e.push_back(100.0 * std::fabs(predicted.predict(p.size) - p.time) / p.time);
+    return e;
+}
+
+/// Re-measures each table at held-out sizes and prints its prediction error. The table's own
+/// sizes (anchors) are re-measured in the same pass, interleaved with the held-out ones: their
+/// error against the stored table is the drift of the machine since the table was measured, and
+/// the held-out error against a table of the anchors (same pass, same machine state) tells a
+/// wrong interpolation apart from a machine that changed under a long run.
 void validate(const cost_model& m, const std::vector<task>& tasks, const options& o, int rank) {
     const timing_policy pol = o.full ? full_timing() : quick_timing();
-    if (rank == 0) std::printf("%-40s %8s %10s %10s\n", "table", "points", "median%", "max%");
-    std::vector<double> all_pack, all_p2p, all_coll;
+    if (rank == 0)
+        std::printf("%-40s %8s %10s %10s %10s %10s\n", "table", "points", "median%", "max%", "drift%", "same-pass%");
+    struct group {
+        std::vector<double> held, drift, same_pass;
+    };
+    group pack, p2p, coll;
     int node_peer = -1, network_peer = -1;
     find_peers(node_peer, network_peer);
     for (const auto& t : tasks) {
@@ -270,7 +286,11 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         int have = tbl != nullptr;
         PMPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
         if (!have) continue;
-        std::vector<double> sizes = rank == 0 ? held_out_sizes(*tbl) : std::vector<double>{};
+        std::vector<double> held = rank == 0 ? held_out_sizes(*tbl) : std::vector<double>{};
+        std::vector<double> sizes = held;
+        if (rank == 0)
+            for (const auto& p : tbl->points()) sizes.push_back(p.size);
+        std::sort(sizes.begin(), sizes.end());
         int n = static_cast<int>(sizes.size());
         PMPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
         sizes.resize(static_cast<std::size_t>(n));
@@ -295,19 +315,36 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
             }
         }
         if (rank != 0) continue;
-        const auto errs = percentage_errors(m, t.name, measured);
+        // Pack tables are keyed by packed bytes, which can round a requested size down: a point
+        // is an anchor when the stored table has a point at its size, else it is held out.
+        std::vector<table_point> held_points, anchor_points;
+        for (const auto& p : measured.points()) {
+            const bool anchor = std::any_of(tbl->points().begin(), tbl->points().end(),
+                                            [&](const table_point& q) { return q.size == p.size; });
+            (anchor ? anchor_points : held_points).push_back(p);
+        }
+        const auto errs = errors_against(*tbl, held_points);
         if (errs.empty()) continue;
-        auto& group = t.name.rfind("p2p.", 0) == 0 ? all_p2p : t.name.rfind("coll.", 0) == 0 ? all_coll : all_pack;
-        group.insert(group.end(), errs.begin(), errs.end());
-        std::printf("%-40s %8zu %9.1f%% %9.1f%%\n", t.name.c_str(), errs.size(), median(errs),
-                    *std::max_element(errs.begin(), errs.end()));
+        const auto drift = errors_against(*tbl, anchor_points);
+        const auto same = errors_against(time_table(anchor_points), held_points);
+        auto& g = t.name.rfind("p2p.", 0) == 0 ? p2p : t.name.rfind("coll.", 0) == 0 ? coll : pack;
+        g.held.insert(g.held.end(), errs.begin(), errs.end());
+        g.drift.insert(g.drift.end(), drift.begin(), drift.end());
+        g.same_pass.insert(g.same_pass.end(), same.begin(), same.end());
+        std::printf("%-40s %8zu %9.1f%% %9.1f%% %9.1f%% %9.1f%%\n", t.name.c_str(), errs.size(), median(errs),
+                    *std::max_element(errs.begin(), errs.end()), drift.empty() ? 0.0 : median(drift),
+                    same.empty() ? 0.0 : median(same));
     }
-    if (rank == 0) {
-        if (!all_pack.empty()) std::printf("validate pack+copy median_ape=%.1f%% points=%zu\n", median(all_pack), all_pack.size());
-        if (!all_p2p.empty()) std::printf("validate p2p median_ape=%.1f%% points=%zu\n", median(all_p2p), all_p2p.size());
-        if (!all_coll.empty())
-            std::printf("validate collectives median_ape=%.1f%% points=%zu\n", median(all_coll), all_coll.size());
-    }
+    if (rank != 0) return;
+    const auto summary = [](const char* what, const group& g) {
+        if (g.held.empty()) return;
+        std::printf("validate %s median_ape=%.1f%% points=%zu drift=%.1f%% same_pass_ape=%.1f%%\n", what,
+                    median(g.held), g.held.size(), g.drift.empty() ? 0.0 : median(g.drift),
+                    g.same_pass.empty() ? 0.0 : median(g.same_pass));
+    };
+    summary("pack+copy", pack);
+    summary("p2p", p2p);
+    summary("collectives", coll);
 }
 
 /// For a grid of sizes and block lengths: the planner's pick against the measured fastest.

@@ -45,17 +45,25 @@ with tempfile.TemporaryDirectory() as tmp:
     check("would measure" not in p2.stdout, "after a complete run nothing is left to measure")
 
     # Validation: held-out sizes. The goal is 15% median error on a quiet machine; under a loaded
-    # CI box the bound here only catches a broken model (wrong units, wrong interpolation).
-    m = re.search(r"validate pack\+copy median_ape=([\d.]+)%", p.stdout)
-    check(m is not None and float(m.group(1)) < 60, "pack/copy prediction error on held-out sizes is sane")
-    m = re.search(r"validate p2p median_ape=([\d.]+)%", p.stdout)
-    check(m is not None and float(m.group(1)) < 60, "point-to-point prediction error on held-out sizes is sane")
+    # CI box the bound here only catches a broken model (wrong units, wrong interpolation). When
+    # the machine itself changed since the tables were measured (the tables' own sizes, measured
+    # again beside the held-out ones, are off by more than 25%), the held-out sizes are judged
+    # against a table of that same pass instead, so that a drifting 2-core box is not mistaken
+    # for a wrong model, while a wrong interpolation still fails.
+    def sane(what, bound=60):
+        m = re.search(r"validate " + re.escape(what) +
+                      r" median_ape=([\d.]+)% points=\d+ drift=([\d.]+)% same_pass_ape=([\d.]+)%", p.stdout)
+        if m is None:
+            return False
+        ape, drift, same = map(float, m.groups())
+        return ape < bound or (drift > 25 and same < bound)
+    check(sane("pack+copy"), "pack/copy prediction error on held-out sizes is sane")
+    check(sane("p2p"), "point-to-point prediction error on held-out sizes is sane")
     m = re.search(r"decisions fastest=(\d+)/(\d+) worst_slowdown=([\d.]+)", p.stdout)
     check(m is not None and int(m.group(1)) >= int(m.group(2)) // 2 and float(m.group(3)) < 3,
           "pack decisions mostly pick the fastest method")
 
-    m = re.search(r"validate collectives median_ape=([\d.]+)%", p.stdout)
-    check(m is not None and float(m.group(1)) < 100, "collective prediction error on held-out sizes is reported")
+    check(sane("collectives", 100), "collective prediction error on held-out sizes is reported")
     m = re.search(r"collective decisions fastest=(\d+)/(\d+) worst_slowdown=([\d.]+)", p.stdout)
     check(m is not None and int(m.group(2)) == 18, "collective decisions are compared with both methods measured")
 

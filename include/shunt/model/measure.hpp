@@ -189,12 +189,4 @@ inline std::vector<double> held_out_sizes(const time_table& t) {
     return v;
 }
 
-/// Absolute percentage error of each prediction against a measurement.
-inline std::vector<double> percentage_errors(const cost_model& m, const std::string& name, const time_table& measured) {
-    std::vector<double> e;
-    for (const auto& p : measured.points())
-        if (p.time > 0) e.push_back(100.0 * std::fabs(m.predict(name, p.size) - p.time) / p.time);
-    return e;
-}
-
 }  // namespace shunt
