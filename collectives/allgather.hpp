@@ -46,7 +46,7 @@ inline void allgather(const topology& topo, const void* sendbuf, void* recvbuf, 
     if (es <= 0) throw unsupported("allgather: datatype is not a dense element type");
     mpi_transport t(topo.comm());
     const void* mine = sendbuf == MPI_IN_PLACE ? static_cast<const std::byte*>(recvbuf) + topo.rank() * count * es : sendbuf;
-    allgather(t, topo.groups(), mine, recvbuf, count * es, opt);
+    allgather(t, topo.groups(opt.levels), mine, recvbuf, count * es, opt);
 }
 
 }  // namespace shunt

@@ -36,14 +36,14 @@ void allreduce(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std
 }
 
 /// MPI form on a communicator's topology: like MPI_Allreduce on the communicator topo was
-/// built for (sendbuf may be MPI_IN_PLACE), over topo.groups(). Throws shunt::unsupported for
+/// built for (sendbuf may be MPI_IN_PLACE), over topo.groups(opt.levels). Throws shunt::unsupported for
 /// what it leaves to the library (see mpi_reduction; negative counts).
 inline void allreduce(const topology& topo, const void* sendbuf, void* recvbuf, std::int64_t count, MPI_Datatype type,
                       MPI_Op op, const collective_options& opt = {}) {
     if (count < 0) throw unsupported("allreduce: negative count");
     mpi_reduction red(type, op);
     mpi_transport t(topo.comm());
-    allreduce(t, topo.groups(), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, opt);
+    allreduce(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, opt);
 }
 
 }  // namespace shunt

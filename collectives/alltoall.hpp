@@ -180,7 +180,7 @@ inline void alltoall(const topology& topo, const void* sendbuf, void* recvbuf, s
     const std::int64_t es = detail::dense_size(type);
     if (es <= 0) throw unsupported("alltoall: datatype is not a dense element type");
     mpi_transport t(topo.comm());
-    alltoall(t, topo.groups(), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count * es, opt);
+    alltoall(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count * es, opt);
 }
 
 }  // namespace shunt

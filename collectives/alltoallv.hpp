@@ -221,9 +221,9 @@ inline void alltoallv(const topology& topo, const void* sendbuf, const int sendc
     if (in_place) {  // the input must survive while blocks arrive
         auto copy = t.scratch(span);
         t.copy(copy.data(), recvbuf, span);
-        alltoallv(t, topo.groups(), copy.data(), sb, so, recvbuf, rb, ro, opt);
+        alltoallv(t, topo.groups(opt.levels), copy.data(), sb, so, recvbuf, rb, ro, opt);
     } else {
-        alltoallv(t, topo.groups(), sendbuf, sb, so, recvbuf, rb, ro, opt);
+        alltoallv(t, topo.groups(opt.levels), sendbuf, sb, so, recvbuf, rb, ro, opt);
     }
 }
 

@@ -60,7 +60,7 @@ inline void bcast(const topology& topo, void* buf, std::int64_t count, MPI_Datat
     const std::int64_t es = detail::dense_size(type);
     if (es <= 0) throw unsupported("bcast: datatype is not a dense element type");
     mpi_transport t(topo.comm());
-    bcast(t, topo.groups(), buf, count * es, root, opt);
+    bcast(t, topo.groups(opt.levels), buf, count * es, root, opt);
 }
 
 }  // namespace shunt

@@ -65,7 +65,7 @@ inline void reduce(const topology& topo, const void* sendbuf, void* recvbuf, std
     if (root < 0 || root >= topo.size()) throw unsupported("reduce: root out of range");
     mpi_reduction red(type, op);
     mpi_transport t(topo.comm());
-    reduce(t, topo.groups(), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, root, opt);
+    reduce(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, root, opt);
 }
 
 }  // namespace shunt

@@ -63,7 +63,7 @@ inline void reduce_scatter(const topology& topo, const void* sendbuf, void* recv
     }
     mpi_reduction red(type, op);
     mpi_transport t(topo.comm());
-    reduce_scatter(t, topo.groups(), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, counts, red, opt);
+    reduce_scatter(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, counts, red, opt);
 }
 
 }  // namespace shunt

@@ -108,6 +108,11 @@ struct collective_options {
     /// alltoall: aggregate messages per group of this level of the hierarchy; -1 is the
     /// outermost described level (the node, usually). Flat pairwise exchange without levels.
     int alltoall_level = -1;
+    /// The levels of the communicator's hierarchy the schedule runs over (bit k for level k of
+    /// topology::groups()); a dropped level's groups merge into the next kept level's, and no
+    /// level at all is one flat exchange. The MPI forms on a topology read it; the template
+    /// forms take the hierarchy itself.
+    std::uint32_t levels = ~std::uint32_t{0};
 };
 
 }  // namespace shunt

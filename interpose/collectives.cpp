@@ -250,7 +250,9 @@ int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, L
         rc = pass(pick.timed ? pass_reason::measuring : pass_reason::planned);
     } else {
         try {
-            run(*ctx->topo);
+            collective_options opt;
+            opt.levels = pick.levels;
+            run(*ctx->topo, opt);
             stats_.add(counter_index::handled(direction::collective));
             stats_.add(counter_index::bytes(direction::collective), static_cast<std::uint64_t>(bytes));
             stats_.add(counter_index::collective_handled(s));
@@ -294,9 +296,20 @@ void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t byt
                               d.measured[m] * 1e6);
             how += buf;
         }
-        log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s (%s)", name, bytes,
-                  ctx.tuner->shape().signature().c_str(), method_text(d.method), d.forced ? " (forced)" : "",
-                  how.c_str());
+        const coll_shape& shape = ctx.tuner->shape();
+        const std::string over = d.method == coll_method::hierarchical && !shape.level_names.empty()
+                                     ? " " + shape.schedule_text(d.levels)
+                                     : "";
+        if (d.level_predictions.size() > 1) {
+            how += "; shunt's levels predicted:";
+            for (const auto& [set, t] : d.level_predictions) {
+                char buf[96];
+                std::snprintf(buf, sizeof buf, " %s %.3g us", shape.levels_text(set).c_str(), t * 1e6);
+                how += buf;
+            }
+        }
+        log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s%s (%s)", name, bytes,
+                  shape.signature().c_str(), method_text(d.method), over.c_str(), d.forced ? " (forced)" : "", how.c_str());
     });
 }
 
@@ -323,8 +336,9 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
     } catch (...) {
         return pass(pass_reason::unsupported);
     }
-    return collective(shim::allreduce, coll_op::allreduce, comm, es * count, library, [&](const topology& topo) {
-        shunt::allreduce(topo, sendbuf, recvbuf, count, type, op);
+    return collective(shim::allreduce, coll_op::allreduce, comm, es * count, library,
+                      [&](const topology& topo, const collective_options& opt) {
+        shunt::allreduce(topo, sendbuf, recvbuf, count, type, op, opt);
     });
 }
 
@@ -351,8 +365,9 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
     } catch (...) {
         return pass(pass_reason::unsupported);
     }
-    return collective(shim::reduce, coll_op::reduce, comm, es * count, library, [&](const topology& topo) {
-        shunt::reduce(topo, sendbuf, recvbuf, count, type, op, root);
+    return collective(shim::reduce, coll_op::reduce, comm, es * count, library,
+                      [&](const topology& topo, const collective_options& opt) {
+        shunt::reduce(topo, sendbuf, recvbuf, count, type, op, root, opt);
     });
 }
 
@@ -379,7 +394,9 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
         return pass(pass_reason::unsupported);
     }
     return collective(shim::reduce_scatter_block, coll_op::reduce_scatter_block, comm, es * recvcount * size, library,
-                      [&](const topology& topo) { shunt::reduce_scatter_block(topo, sendbuf, recvbuf, recvcount, type, op); });
+                      [&](const topology& topo, const collective_options& opt) {
+                          shunt::reduce_scatter_block(topo, sendbuf, recvbuf, recvcount, type, op, opt);
+                      });
 }
 
 int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype type, MPI_Op op,
@@ -408,7 +425,9 @@ int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvco
         return pass(pass_reason::unsupported);
     }
     return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, library,
-                      [&](const topology& topo) { shunt::reduce_scatter(topo, sendbuf, recvbuf, recvcounts, type, op); });
+                      [&](const topology& topo, const collective_options& opt) {
+                          shunt::reduce_scatter(topo, sendbuf, recvbuf, recvcounts, type, op, opt);
+                      });
 }
 
 int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
@@ -434,7 +453,8 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
     if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
-    return collective(shim::allgather, coll_op::allgather, comm, block * size, library, [&](const topology& topo) {
+    return collective(shim::allgather, coll_op::allgather, comm, block * size, library,
+                      [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image all(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
         std::byte* mine = all.data() + me * block;
@@ -449,7 +469,7 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
             send.pack();
             std::memcpy(mine, send.data(), static_cast<std::size_t>(block));
         }
-        shunt::allgather(t, topo.groups(), mine, all.data(), block);
+        shunt::allgather(t, topo.groups(opt.levels), mine, all.data(), block);
         all.unpack();
     });
 }
@@ -486,7 +506,8 @@ int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
     if (total == 0) return pass(pass_reason::empty);
     if (!in_place && (sendcount < 0 || sendcount * st.size != parts[static_cast<std::size_t>(me)]))
         return pass(pass_reason::bad_argument);
-    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, library, [&](const topology& topo) {
+    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, library,
+                      [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         host_buffer staging(packed_order ? 0 : total);
         std::byte* work = packed_order ? static_cast<std::byte*>(recvbuf) : staging.data();
@@ -504,7 +525,7 @@ int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
             send.pack();
             std::memcpy(work + offset, send.data(), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]));
         }
-        shunt::allgatherv(t, topo.groups(), work, parts);
+        shunt::allgatherv(t, topo.groups(opt.levels), work, parts);
         if (packed_order) return;
         offset = 0;
         for (int r = 0; r < size; ++r) {
@@ -542,11 +563,12 @@ int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Com
         return pass(pass_reason::bad_argument);
     const type_facts f = facts_of(type);
     if (!f.ok || f.size == 0) return pass(pass_reason::bad_argument);
-    return collective(shim::bcast, coll_op::bcast, comm, count * f.size, library, [&](const topology& topo) {
+    return collective(shim::bcast, coll_op::bcast, comm, count * f.size, library,
+                      [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image image(buffer, count, type, f);
         if (me == root) image.pack();
-        shunt::bcast(t, topo.groups(), image.data(), image.bytes(), root);
+        shunt::bcast(t, topo.groups(opt.levels), image.data(), image.bytes(), root);
         if (me != root) image.unpack();
     });
 }
@@ -574,16 +596,17 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
     if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
-    return collective(shim::alltoall, coll_op::alltoall, comm, block * size, library, [&](const topology& topo) {
+    return collective(shim::alltoall, coll_op::alltoall, comm, block * size, library,
+                      [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image out(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
         if (in_place) {
             out.pack();
-            shunt::alltoall(t, topo.groups(), out.data(), out.data(), block);
+            shunt::alltoall(t, topo.groups(opt.levels), out.data(), out.data(), block);
         } else {
             byte_image in(const_cast<void*>(sendbuf), std::int64_t{sendcount} * size, sendtype, st);
             in.pack();
-            shunt::alltoall(t, topo.groups(), in.data(), out.data(), block);
+            shunt::alltoall(t, topo.groups(opt.levels), in.data(), out.data(), block);
         }
         out.unpack();
     });
@@ -681,13 +704,14 @@ int runtime::alltoallv(const void* sendbuf, const int sendcounts[], const int sd
     if (!rt.ok || !st.ok) return pass(pass_reason::bad_argument);
     for (int j = 0; j < size; ++j)
         if (recvcounts[j] < 0 || (!in_place && sendcounts[j] < 0)) return pass(pass_reason::bad_argument);
-    return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, library, [&](const topology& topo) {
+    return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, library,
+                      [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         // In place: the data to send are in recvbuf under the receive counts, copied out first.
         block_images in(in_place ? recvbuf : const_cast<void*>(sendbuf), in_place ? recvcounts : sendcounts,
                         in_place ? rdispls : sdispls, in_place ? recvtype : sendtype, st, size, true, in_place);
         block_images out(recvbuf, recvcounts, rdispls, recvtype, rt, size, false, false);
-        shunt::alltoallv(t, topo.groups(), in.base(), in.bytes(), in.offsets(), out.base(), out.bytes(), out.offsets());
+        shunt::alltoallv(t, topo.groups(opt.levels), in.base(), in.bytes(), in.offsets(), out.base(), out.bytes(), out.offsets());
         out.scatter(size);
     });
 }

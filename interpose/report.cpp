@@ -134,14 +134,15 @@ std::string runtime::decisions_text(bool one_line) const {
     }
     if (all.size() > shown) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", all.size() - shown);
     // Communicators of the same shape that decided alike are one line.
-    std::vector<std::pair<std::string, coll_decision>> colls;
+    std::vector<std::pair<coll_shape, coll_decision>> colls;
     {
         std::lock_guard lock(tuners_mutex_);
         for (const auto& t : tuners_)
             t->for_each([&](const coll_decision& d) {
-                const std::string shape = t->shape().signature();
+                const coll_shape& shape = t->shape();
                 for (auto& [s, e] : colls)
-                    if (s == shape && e.op == d.op && e.size_class == d.size_class && e.method == d.method) {
+                    if (s.signature() == shape.signature() && e.op == d.op && e.size_class == d.size_class &&
+                        e.method == d.method && e.levels == d.levels) {
                         e.taken += d.taken;
                         return;
                     }
@@ -161,12 +162,14 @@ std::string runtime::decisions_text(bool one_line) const {
             how += format("%s%s %s %.3g us", m ? ", " : "", coll_method_names[m].data(), measured ? "measured" : "predicted",
                           (measured ? d.measured[m] : d.predicted[m]) * 1e6);
         }
-        const char* method = coll_method_names[static_cast<std::size_t>(d.method)].data();
+        std::string method(coll_method_names[static_cast<std::size_t>(d.method)]);
+        if (d.method == coll_method::hierarchical && !shape.level_names.empty()) method += " " + shape.schedule_text(d.levels);
         if (one_line)
-            out += format("; %s %" PRId64 " B -> %s x %" PRIu64, std::string(to_string(d.op)).c_str(), d.bytes, method, d.taken);
+            out += format("; %s %" PRId64 " B -> %s x %" PRIu64, std::string(to_string(d.op)).c_str(), d.bytes, method.c_str(),
+                          d.taken);
         else
             out += format("\n    %s of %" PRId64 " bytes on %s -> %s%s x %" PRIu64 " (%s)", std::string(to_string(d.op)).c_str(),
-                          d.bytes, shape.c_str(), method, d.forced ? " (forced)" : "", d.taken, how.c_str());
+                          d.bytes, shape.signature().c_str(), method.c_str(), d.forced ? " (forced)" : "", d.taken, how.c_str());
     }
     if (colls.size() > shown_colls) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", colls.size() - shown_colls);
     return out;

@@ -179,19 +179,24 @@ int explain_collective(int argc, char** argv, shunt::coll_op op, std::int64_t by
         shunt::collective_tuner tuner(shape);
         std::printf("%s of %lld bytes on MPI_COMM_WORLD, shape %s (%s):\n", std::string(shunt::to_string(op)).c_str(),
                     static_cast<long long>(bytes), shape.signature().c_str(), where.c_str());
-        for (std::size_t m = 0; m < shunt::coll_method_count; ++m) {
-            const auto method = static_cast<shunt::coll_method>(m);
-            const std::string table = shunt::table_names::collective(op, method, shape);
-            std::printf("  %-12s predicted %12.3f us (%s)\n", shunt::coll_method_names[m].data(),
-                        tuner.predict(*model, op, method, static_cast<double>(bytes)) * 1e6,
+        // The library, then shunt's schedule over each set of levels that competes.
+        const auto line = [&](shunt::coll_method method, std::uint32_t levels, const std::string& what) {
+            const std::string table = shunt::table_names::collective(op, method, shape, levels);
+            std::printf("  %-28s predicted %12.3f us (%s)\n", what.c_str(),
+                        tuner.predict(*model, op, method, static_cast<double>(bytes), levels) * 1e6,
                         model->find(table) ? ("measured table " + table).c_str() : "analytic model");
-        }
+        };
+        line(shunt::coll_method::library, shape.all_levels(), "library");
+        for (const std::uint32_t set : tuner.candidate_sets(*model, op))
+            line(shunt::coll_method::hierarchical, set,
+                 shape.level_names.empty() ? "hierarchical" : "hierarchical " + shape.schedule_text(set));
         const auto c = shunt::config().coll;
         if (c != shunt::coll_choice::automatic)
             std::printf("  SHUNT_COLL=%s forces the choice\n", c == shunt::coll_choice::library ? "library" : "shunt");
         else
-            std::printf("  in a run, shunt measures both on the first calls of this size class and keeps the faster\n"
-                        "  (its schedule must win by 3%%); with a measured table for both it decides from the tables\n");
+            std::printf("  in a run, shunt's schedule runs over the levels predicted fastest; shunt measures it and\n"
+                        "  the library on the first calls of this size class and keeps the faster (its schedule\n"
+                        "  must win by 3%%); with a measured table for both it decides from the tables\n");
         return 0;
     });
 }

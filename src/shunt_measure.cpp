@@ -22,6 +22,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unistd.h>
@@ -97,8 +99,15 @@ bool parse_args(int argc, char** argv, options& o, std::string& error) {
 /// One table to measure: its name and how. `collective` ones run on every rank.
 struct task {
     std::string name;
-    bool collective;
+    bool collective;  ///< every rank takes part (else rank 0 alone)
     std::function<time_table()> run;
+    /// For a collective table: what it times, to time it again for validation.
+    struct coll_key {
+        coll_op op;
+        coll_method method;
+        std::uint32_t levels;
+    };
+    std::optional<coll_key> coll;
 };
 
 /// Progress on stderr: a redrawn bar on a terminal, plain lines otherwise.
@@ -149,8 +158,12 @@ constexpr coll_op measured_collectives[] = {coll_op::allreduce, coll_op::reduce_
 
 /// One call of `op` by `m` on MPI_COMM_WORLD moving `bytes` (nccl-tests' sizes: the reduced
 /// vector, the whole send buffer of reduce-scatter and alltoall, the gathered buffer, the
-/// message), on doubles; the buffers live in the returned callable.
-std::function<void()> collective_call(coll_op op, coll_method m, const topology& topo, std::int64_t bytes) {
+/// message), on doubles, shunt's schedule over the levels of `levels`; the buffers live in
+/// the returned callable.
+std::function<void()> collective_call(coll_op op, coll_method m, const topology& topo, std::int64_t bytes,
+                                      std::uint32_t levels) {
+    collective_options opt;
+    opt.levels = levels;
     const int p = topo.size();
     const std::int64_t n = std::max<std::int64_t>(p, bytes / 8 / p * p), per = n / p;
     auto in = std::make_shared<std::vector<double>>(static_cast<std::size_t>(n), 1.0);
@@ -161,21 +174,21 @@ std::function<void()> collective_call(coll_op op, coll_method m, const topology&
     switch (op) {
         case coll_op::allreduce:
             return [=, &topo] { lib ? (void)PMPI_Allreduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, w)
-                                    : allreduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM); };
+                                    : allreduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, opt); };
         case coll_op::reduce_scatter_block:
             return [=, &topo] { lib ? (void)PMPI_Reduce_scatter_block(in->data(), out->data(), cp, MPI_DOUBLE, MPI_SUM, w)
-                                    : reduce_scatter_block(topo, in->data(), out->data(), per, MPI_DOUBLE, MPI_SUM); };
+                                    : reduce_scatter_block(topo, in->data(), out->data(), per, MPI_DOUBLE, MPI_SUM, opt); };
         case coll_op::allgather:
             return [=, &topo] { lib ? (void)PMPI_Allgather(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
-                                    : allgather(topo, in->data(), out->data(), per, MPI_DOUBLE); };
+                                    : allgather(topo, in->data(), out->data(), per, MPI_DOUBLE, opt); };
         case coll_op::alltoall:
             return [=, &topo] { lib ? (void)PMPI_Alltoall(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
-                                    : alltoall(topo, in->data(), out->data(), per, MPI_DOUBLE); };
+                                    : alltoall(topo, in->data(), out->data(), per, MPI_DOUBLE, opt); };
         case coll_op::bcast:
-            return [=, &topo] { lib ? (void)PMPI_Bcast(out->data(), cn, MPI_DOUBLE, 0, w) : bcast(topo, out->data(), n, MPI_DOUBLE, 0); };
+            return [=, &topo] { lib ? (void)PMPI_Bcast(out->data(), cn, MPI_DOUBLE, 0, w) : bcast(topo, out->data(), n, MPI_DOUBLE, 0, opt); };
         default:
             return [=, &topo] { lib ? (void)PMPI_Reduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, 0, w)
-                                    : reduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, 0); };
+                                    : reduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, 0, opt); };
     }
 }
 
@@ -183,10 +196,10 @@ std::function<void()> collective_call(coll_op op, coll_method m, const topology&
 /// barrier, each batch's time the slowest rank's; batch length and count set by rank 0 so all
 /// ranks make the same calls. Returned on every rank (rank 0's is saved).
 time_table measure_collective(coll_op op, coll_method m, const topology& topo, std::span<const double> sizes,
-                              const timing_policy& pol) {
+                              const timing_policy& pol, std::uint32_t levels = ~std::uint32_t{0}) {
     std::vector<table_point> points;
     for (const double size : sizes) {
-        const auto call = collective_call(op, m, topo, static_cast<std::int64_t>(size));
+        const auto call = collective_call(op, m, topo, static_cast<std::int64_t>(size), levels);
         auto batch = [&](std::int64_t reps) {
             PMPI_Barrier(MPI_COMM_WORLD);
             const double t0 = detail::now_s();
@@ -218,44 +231,38 @@ std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer) 
     const auto copy_sizes = o.full ? geometric_sizes(64, 64 << 20, 4) : geometric_sizes(256, 16 << 20, 4);
     const auto p2p_sizes = o.full ? geometric_sizes(8, 64 << 20, 4) : geometric_sizes(8, 4 << 20, 4);
     std::vector<task> tasks;
-    tasks.push_back({"copy.memcpy", false, [=] { return measure_memcpy(copy_sizes, pol); }});
+    tasks.push_back({"copy.memcpy", false, [=] { return measure_memcpy(copy_sizes, pol); }, std::nullopt});
     for (const bool unpack : {false, true})
         for (const bool library : {true, false})
             for (const std::int64_t l : block_lens) {
                 const auto sizes = pack_sizes;
                 tasks.push_back({table_names::pack(library, unpack, l), false,
-                                 [=] { return measure_pack(library, unpack, l, sizes, pol); }});
+                                 [=] { return measure_pack(library, unpack, l, sizes, pol); }, std::nullopt});
             }
     if (node_peer > 0)
         tasks.push_back({table_names::p2p("node", "hh"), true,
-                         [=] { return measure_p2p(MPI_COMM_WORLD, 0, node_peer, p2p_sizes, pol); }});
+                         [=] { return measure_p2p(MPI_COMM_WORLD, 0, node_peer, p2p_sizes, pol); }, std::nullopt});
     if (network_peer > 0)
         tasks.push_back({table_names::p2p("network", "hh"), true,
-                         [=] { return measure_p2p(MPI_COMM_WORLD, 0, network_peer, p2p_sizes, pol); }});
-    // Collectives on this job's topology (SHUNT_TOPOLOGY, else discovered), both methods; the
-    // planner uses them for communicators of the same shape instead of measuring in the run.
+                         [=] { return measure_p2p(MPI_COMM_WORLD, 0, network_peer, p2p_sizes, pol); }, std::nullopt});
+    // Collectives on this job's topology (SHUNT_TOPOLOGY, else discovered): the library and
+    // shunt's schedule over each candidate set of levels; the planner uses them for
+    // communicators of the same shape instead of measuring in the run.
     int size = 1;
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size > 1) {
         const topology& topo = topology::of(MPI_COMM_WORLD, config().topology);
         const coll_shape shape = coll_shape::of(topo.groups());
         const auto coll_sizes = o.full ? geometric_sizes(4 << 10, 64 << 20, 4) : geometric_sizes(4 << 10, 4 << 20, 4);
-        for (const coll_op op : measured_collectives)
-            for (const coll_method m : {coll_method::library, coll_method::hierarchical})
-                tasks.push_back({table_names::collective(op, m, shape), true, [=, &topo] {
-                                     return measure_collective(op, m, topo, coll_sizes, pol);
-                                 }});
+        for (const coll_op op : measured_collectives) {
+            std::vector<task::coll_key> keys{{op, coll_method::library, shape.all_levels()}};
+            for (const std::uint32_t set : collective_tuner::level_sets(shape)) keys.push_back({op, coll_method::hierarchical, set});
+            for (const auto k : keys)
+                tasks.push_back({table_names::collective(op, k.method, shape, k.levels), true,
+                                 [=, &topo] { return measure_collective(k.op, k.method, topo, coll_sizes, pol, k.levels); }, k});
+        }
     }
     return tasks;
-}
-
-/// The operation and method of a collective table's name (coll.<op>.<method>.<shape>).
-void parse_collective_table(const std::string& name, coll_op& op, coll_method& m) {
-    const auto a = name.find('.') + 1, b = name.find('.', a), c = name.find('.', b + 1);
-    const std::string op_name = name.substr(a, b - a), method = name.substr(b + 1, c - b - 1);
-    for (std::size_t i = 0; i < coll_op_names.size(); ++i)
-        if (coll_op_names[i] == op_name) op = static_cast<coll_op>(i);
-    m = method == "library" ? coll_method::library : coll_method::hierarchical;
 }
 
 /// Absolute percentage errors of `predicted`'s interpolation against each point of `measured`.
@@ -299,11 +306,9 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         if (t.name.rfind("p2p.", 0) == 0) {
             const int peer = t.name.find(".network.") != std::string::npos ? network_peer : node_peer;
             measured = measure_p2p(MPI_COMM_WORLD, 0, peer, sizes, pol);
-        } else if (t.name.rfind("coll.", 0) == 0) {
-            coll_op op{};
-            coll_method method{};
-            parse_collective_table(t.name, op, method);
-            measured = measure_collective(op, method, topology::of(MPI_COMM_WORLD, config().topology), sizes, pol);
+        } else if (t.coll) {
+            measured = measure_collective(t.coll->op, t.coll->method, topology::of(MPI_COMM_WORLD, config().topology), sizes,
+                                          pol, t.coll->levels);
         } else if (rank == 0) {
             if (t.name == "copy.memcpy") {
                 measured = measure_memcpy(sizes, pol);
@@ -375,36 +380,47 @@ void check_decisions(const cost_model& m, const options& o, int rank) {
 }
 
 /// For each collective and a grid of sizes between the table's points: the planner's pick
-/// from the model (as a run with these tables decides) against both methods measured now.
+/// from the model (as a run with these tables decides: the library or shunt's schedule over
+/// some set of levels) against every alternative measured now.
 void check_collective_decisions(const cost_model& m, const options& o, int rank) {
     int size = 1;
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size < 2) return;
     const timing_policy pol = o.full ? full_timing() : quick_timing();
     const topology& topo = topology::of(MPI_COMM_WORLD, config().topology);
-    collective_tuner tuner(coll_shape::of(topo.groups()), 0);
+    const coll_shape shape = coll_shape::of(topo.groups());
+    collective_tuner tuner(shape, 0);
     const auto agree = [](double* v, int n) { SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)); };
     const std::vector<double> sizes = {8192, 131072, 2097152};
+    const auto sets = collective_tuner::level_sets(shape);
+    const auto text = [&](coll_method method, std::uint32_t levels) {
+        return method == coll_method::library ? std::string("library") : "shunt " + shape.schedule_text(levels);
+    };
     int fastest = 0, total = 0;
     double worst = 1;
     if (rank == 0)
-        std::printf("%-22s %-10s %12s %12s %-13s %-13s %8s\n", "collective", "bytes", "library_s", "hier_s", "picked",
+        std::printf("%-22s %-10s %12s %12s %-24s %-24s %8s\n", "collective", "bytes", "library_s", "best_shunt_s", "picked",
                     "fastest", "slowdown");
     for (const coll_op op : measured_collectives)
         for (const double s : sizes) {
-            const auto pick = tuner.choose(m, op, static_cast<std::int64_t>(s), std::nullopt, agree).method;
+            const auto pick = tuner.choose(m, op, static_cast<std::int64_t>(s), std::nullopt, agree);
             const std::vector<double> one{s};
             const double lib = measure_collective(op, coll_method::library, topo, one, pol).points().front().time;
-            const double hier = measure_collective(op, coll_method::hierarchical, topo, one, pol).points().front().time;
-            const double picked = pick == coll_method::library ? lib : hier, best = std::min(lib, hier);
+            double best = lib, picked = lib, best_shunt = std::numeric_limits<double>::infinity();
+            std::string best_text = "library";
+            for (const std::uint32_t set : sets) {
+                const double t = measure_collective(op, coll_method::hierarchical, topo, one, pol, set).points().front().time;
+                best_shunt = std::min(best_shunt, t);
+                if (pick.method == coll_method::hierarchical && set == pick.levels) picked = t;
+                if (t < best) best = t, best_text = text(coll_method::hierarchical, set);
+            }
             const double slowdown = best > 0 ? picked / best : 1;
             worst = std::max(worst, slowdown);
             fastest += picked == best;
             ++total;
             if (rank == 0)
-                std::printf("%-22s %-10.0f %12.3g %12.3g %-13s %-13s %8.2f\n", std::string(to_string(op)).c_str(), s, lib,
-                            hier, coll_method_names[static_cast<std::size_t>(pick)].data(),
-                            lib <= hier ? "library" : "hierarchical", slowdown);
+                std::printf("%-22s %-10.0f %12.3g %12.3g %-24s %-24s %8.2f\n", std::string(to_string(op)).c_str(), s, lib,
+                            best_shunt, text(pick.method, pick.levels).c_str(), best_text.c_str(), slowdown);
         }
     if (rank == 0) std::printf("collective decisions fastest=%d/%d worst_slowdown=%.2f\n", fastest, total, worst);
 }

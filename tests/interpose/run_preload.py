@@ -194,8 +194,11 @@ def check_collectives(args, n, same):
     p, c = same("preloaded, SHUNT_COLL=auto SHUNT_LOG=decide", "preload",
                 {"SHUNT_COLL": "auto", "SHUNT_LOG": "decide", "SHUNT_TOPOLOGY": args.collectives}, lambda s: True)
     if n > 1:
-        expect(re.search(r"^shunt\[rank 0\]: decide: MPI_Allreduce of \d+ bytes on p\d+\S*: (the library|shunt's schedule) "
-                         r"\(library measured [0-9.e+-]+ us, hierarchical measured [0-9.e+-]+ us\)$", p.stderr, re.M),
+        # shunt's schedule says which levels it runs over when the shape has levels, and the
+        # predictions of each set of levels when more than one competed.
+        expect(re.search(r"^shunt\[rank 0\]: decide: MPI_Allreduce of \d+ bytes on p\d+\S*: (the library|shunt's schedule"
+                         r"( over \S+| flat)?) \(library measured [0-9.e+-]+ us, hierarchical measured [0-9.e+-]+ us"
+                         r"(; shunt's levels predicted:( \S+ [0-9.e+-]+ us)+)?\)$", p.stderr, re.M),
                "SHUNT_LOG=decide must show the measured collective decisions", p, c)
     # Forced library: nothing by shunt.
     p, c = same("preloaded, SHUNT_COLL=library SHUNT_REPORT=rank", "preload",

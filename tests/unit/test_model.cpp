@@ -5,6 +5,8 @@
 
 #include <shunt/model/file.hpp>
 #include <shunt/model/stats.hpp>
+#include <shunt/plan/collective.hpp>
+#include <shunt/topology/hierarchy.hpp>
 
 #include <cstdio>
 #include <cstdlib>
@@ -183,4 +185,95 @@ TEST_CASE("online refinement: one outlier among steady observations does not mov
     CHECK(m.generation() == g);
     for (int i = 0; i < 7; ++i) m.observe("copy.memcpy", 1 << 20, before * 0.5);  // a real change wins
     CHECK(m.predict("copy.memcpy", 1 << 20) == doctest::Approx(before * 0.5));
+}
+
+namespace {
+
+/// 8 ranks: packages of 2, nodes of 4.
+hierarchy three_levels() {
+    return hierarchy(8, {{0, 0, 1, 1, 2, 2, 3, 3}, {0, 0, 0, 0, 1, 1, 1, 1}}, {"package", "node"});
+}
+
+/// One rank's tuner calls agree with nobody.
+const collective_tuner::agree_fn alone = [](double*, int) {};
+
+}  // namespace
+
+TEST_CASE("keeping some levels merges the dropped level's groups into the next kept one") {
+    const hierarchy h = three_levels();
+    const hierarchy node_only = h.keep_levels(0b10);
+    REQUIRE(node_only.levels() == 1);
+    CHECK(node_only.name(0) == "node");
+    CHECK(node_only.groups(0) == 2);
+    CHECK(node_only.members(0, 1).size() == 4);
+    const hierarchy package_only = h.keep_levels(0b01);
+    REQUIRE(package_only.levels() == 1);
+    CHECK(package_only.groups(0) == 4);
+    CHECK(h.keep_levels(0).levels() == 0);
+    CHECK(h.keep_levels(0b11).levels() == 2);
+}
+
+TEST_CASE("collective planner: the candidate sets of levels and their table names") {
+    const coll_shape s = coll_shape::of(three_levels());
+    CHECK(s.signature() == "p8.package2.node4");
+    CHECK(collective_tuner::level_sets(s) == std::vector<std::uint32_t>{0b11, 0b10, 0b01, 0b00});
+    CHECK(table_names::collective(coll_op::allreduce, coll_method::hierarchical, s) ==
+          "coll.allreduce.hierarchical.p8.package2.node4");
+    CHECK(table_names::collective(coll_op::allreduce, coll_method::hierarchical, s, 0b10) ==
+          "coll.allreduce.hierarchical.p8.package2.node4.over-node");
+    CHECK(table_names::collective(coll_op::allreduce, coll_method::hierarchical, s, 0) ==
+          "coll.allreduce.hierarchical.p8.package2.node4.over-flat");
+    CHECK(table_names::collective(coll_op::allreduce, coll_method::library, s, 0b10) ==
+          "coll.allreduce.library.p8.package2.node4");
+    CHECK(s.schedule_text(0b11) == "over package+node");
+    CHECK(s.schedule_text(0) == "flat");
+    // A flat shape has one candidate, itself.
+    CHECK(collective_tuner::level_sets(coll_shape::of(hierarchy(4))) == std::vector<std::uint32_t>{0});
+}
+
+TEST_CASE("collective planner picks how many levels from the model") {
+    const coll_shape s = coll_shape::of(three_levels());
+    const double bytes = 1 << 20;
+    SUBCASE("analytic model: every set competes and the full hierarchy wins on a slow network") {
+        const cost_model m;
+        collective_tuner tuner(s, 0);
+        const auto p = tuner.choose(m, coll_op::allreduce, 1 << 20, std::nullopt, alone);
+        CHECK(p.method == coll_method::hierarchical);
+        CHECK(p.levels == 0b11);
+        tuner.for_each([&](const coll_decision& d) { CHECK(d.level_predictions.size() == 4); });
+    }
+    SUBCASE("measured tables: only sets with a table compete, and the fastest one is run") {
+        cost_model m;
+        auto flat_table = [](double seconds) { return time_table({{1024, seconds, 0}, {1 << 24, seconds, 0}}); };
+        m.set(table_names::collective(coll_op::allreduce, coll_method::library, s), flat_table(9e-3));
+        m.set(table_names::collective(coll_op::allreduce, coll_method::hierarchical, s), flat_table(5e-3));
+        m.set(table_names::collective(coll_op::allreduce, coll_method::hierarchical, s, 0b10), flat_table(3e-3));
+        collective_tuner tuner(s, 3);
+        CHECK(tuner.candidate_sets(m, coll_op::allreduce) == std::vector<std::uint32_t>{0b11, 0b10});
+        const auto p = tuner.choose(m, coll_op::allreduce, 1 << 20, std::nullopt, alone);
+        CHECK_FALSE(p.timed);  // decided from the tables, nothing to measure
+        CHECK(p.method == coll_method::hierarchical);
+        CHECK(p.levels == 0b10);
+        // The library still wins where it is faster than the best set of levels.
+        m.set(table_names::collective(coll_op::reduce, coll_method::library, s), flat_table(2e-3));
+        m.set(table_names::collective(coll_op::reduce, coll_method::hierarchical, s), flat_table(5e-3));
+        m.set(table_names::collective(coll_op::reduce, coll_method::hierarchical, s, 0), flat_table(2.5e-3));
+        const auto r = tuner.choose(m, coll_op::reduce, 1 << 20, std::nullopt, alone);
+        CHECK(r.method == coll_method::library);
+        tuner.for_each([&](const coll_decision& d) {
+            if (d.op == coll_op::reduce) CHECK(d.levels == 0);
+        });
+    }
+    SUBCASE("the ranks agree: the slowest rank's prediction of each set decides") {
+        const cost_model m;
+        collective_tuner tuner(s, 3);
+        // Another rank's model finds the full hierarchy ten times slower than this one does.
+        const collective_tuner::agree_fn other = [](double* v, int n) {
+            REQUIRE(n == 5);
+            v[1] *= 10;
+        };
+        const auto p = tuner.choose(m, coll_op::allgather, static_cast<std::int64_t>(bytes), std::nullopt, other);
+        CHECK(p.timed);  // no tables: measured in the run, against the agreed best set
+        CHECK(p.levels != 0b11);
+    }
 }

@@ -65,6 +65,23 @@ struct coll_shape {
         }
         return s;
     }
+    /// The mask of every level (bit k for level k).
+    std::uint32_t all_levels() const {
+        const std::size_t n = level_names.size();
+        return n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << n) - 1;
+    }
+    /// "node" or "package+node": the levels of `mask`, innermost first; "flat" for none.
+    std::string levels_text(std::uint32_t mask) const {
+        std::string out;
+        for (std::size_t k = 0; k < level_names.size(); ++k)
+            if (k < 32 && ((mask >> k) & 1u)) out += (out.empty() ? "" : "+") + level_names[k];
+        return out.empty() ? "flat" : out;
+    }
+    /// How shunt's schedule over `mask` is named: "over package+node", or "flat" for no level.
+    std::string schedule_text(std::uint32_t mask) const {
+        const std::string levels = levels_text(mask);
+        return levels == "flat" ? levels : "over " + levels;
+    }
     /// "p4.node2": the rank count, then each level's name and largest group.
     std::string signature() const {
         std::string out = "p";
@@ -79,8 +96,14 @@ struct coll_shape {
 };
 
 namespace table_names {
-inline std::string collective(coll_op op, coll_method m, const coll_shape& s) {
-    return "coll." + std::string(to_string(op)) + "." + std::string(to_string(m)) + "." + s.signature();
+/// coll.<op>.<method>.<signature>, and for shunt's schedule over only some of the shape's
+/// levels ".over-<levels>" after it (e.g. coll.allreduce.hierarchical.p8.package2.node4.over-node):
+/// the same shape, a different schedule.
+inline std::string collective(coll_op op, coll_method m, const coll_shape& s, std::uint32_t levels = ~std::uint32_t{0}) {
+    std::string name = "coll." + std::string(to_string(op)) + "." + std::string(to_string(m)) + "." + s.signature();
+    const std::uint32_t all = s.all_levels();
+    if (m == coll_method::hierarchical && (levels & all) != all) name += ".over-" + s.levels_text(levels);
+    return name;
 }
 }  // namespace table_names
 
@@ -130,9 +153,12 @@ inline const analytic_params::level& link_of(const analytic_params& p, const col
 
 /// The analytic prediction of one collective: the library as a flat bandwidth-optimal
 /// algorithm over the slowest link (all ranks of a group share its outer link), shunt's
-/// schedule as one flat algorithm per level on that level's link, the data shrinking by each
-/// inner group's size on the way out. A prior only: measurements replace it.
-inline double analytic_collective(const analytic_params& p, coll_op op, coll_method m, const coll_shape& s, double bytes) {
+/// schedule as one flat algorithm per kept level (bit k of `levels` for level k) on that
+/// level's link, the data shrinking by each inner group's size on the way out; the top
+/// exchange runs on the shape's outermost link whichever levels are kept. A prior only:
+/// measurements replace it.
+inline double analytic_collective(const analytic_params& p, coll_op op, coll_method m, const coll_shape& s, double bytes,
+                                  std::uint32_t levels = ~std::uint32_t{0}) {
     if (s.ranks <= 1) return 0;
     if (m == coll_method::library) {
         const auto& slow = detail::link_of(p, s, s.level_names.size());
@@ -143,6 +169,7 @@ inline double analytic_collective(const analytic_params& p, coll_op op, coll_met
     double t = 0, data = bytes;
     int inner = 1;
     for (std::size_t k = 0; k <= s.group_sizes.size(); ++k) {
+        if (k < s.group_sizes.size() && (k >= 32 || ((levels >> k) & 1u) == 0)) continue;
         const int q = k < s.group_sizes.size() ? std::max(1, s.group_sizes[k] / inner) : std::max(1, s.ranks / inner);
         const auto& link = detail::link_of(p, s, k);
         t += detail::coll_steps(op, q) * link.latency_s + detail::coll_volume(op, q) * data / link.bytes_per_s;
@@ -159,6 +186,10 @@ struct coll_decision {
     int size_class = 0;        ///< bit width of the byte count (0 for none)
     std::int64_t bytes = 0;    ///< the byte count of the call that made the decision
     coll_method method = coll_method::library;
+    std::uint32_t levels = ~std::uint32_t{0};  ///< the levels shunt's schedule runs over (bit k: level k)
+    /// The model's prediction (seconds) of shunt's schedule over each candidate set of levels,
+    /// agreed; the best is `levels` and predicted[hierarchical].
+    std::vector<std::pair<std::uint32_t, double>> level_predictions;
     std::array<double, coll_method_count> predicted{};  ///< model (seconds), before measuring
     std::array<double, coll_method_count> measured{};   ///< agreed best measured time; NaN if not measured
     bool forced = false;
@@ -176,20 +207,38 @@ struct coll_decision {
 /// measurement for this shape and size it measures: the next 2 x `trials` calls alternate
 /// between the methods (timed by the caller and passed to record()), then the best time of
 /// each is agreed and the faster wins. shunt's schedule must beat the library by `margin`
-/// (a fraction) to be chosen, so noise favours the library. Thread-safe; meant for one
-/// communicator (collectives on one communicator do not run concurrently).
+/// (a fraction) to be chosen, so noise favours the library.
+///
+/// How many levels: shunt's schedule may run over every level of the shape or over fewer
+/// (a dropped level's groups merge into the next kept one; none at all is one flat
+/// exchange). For a new key the model predicts every candidate set of levels (all subsets up
+/// to four levels, else all and none), from measured tables when the full schedule has one
+/// for this shape (then only sets with their own tables compete, measured against measured),
+/// else from the analytic model; the agreed fastest set is the schedule that competes with
+/// the library. Thread-safe; meant for one communicator (collectives on one communicator do
+/// not run concurrently).
 class collective_tuner {
 public:
     using agree_fn = std::function<void(double* values, int n)>;
 
     collective_tuner(coll_shape shape, int trials = 3, double margin = 0.03)
-        : shape_(std::move(shape)), trials_(std::max(0, trials)), margin_(margin) {}
+        : shape_(std::move(shape)), trials_(std::max(0, trials)), margin_(margin), level_sets_(level_sets(shape_)) {}
+
+    /// The candidate sets of levels for a shape (bit k: level k), every level first.
+    static std::vector<std::uint32_t> level_sets(const coll_shape& s) {
+        const std::uint32_t all = s.all_levels();
+        if (s.level_names.size() > 4) return {all, 0};
+        std::vector<std::uint32_t> sets;
+        for (std::uint32_t m = all + 1; m-- > 0;) sets.push_back(m);
+        return sets;
+    }
 
     const coll_shape& shape() const { return shape_; }
 
     /// What to run now.
     struct pick {
         coll_method method = coll_method::library;
+        std::uint32_t levels = ~std::uint32_t{0};  ///< for hierarchical: the levels to run over
         bool timed = false;  ///< measure the call and pass its time to record()
         bool fresh = false;  ///< a decision was made by this call (log it)
     };
@@ -207,21 +256,33 @@ public:
             e.d.size_class = k.size_class;
             e.d.bytes = bytes;
             e.d.measured.fill(std::numeric_limits<double>::quiet_NaN());
-            for (std::size_t m = 0; m < coll_method_count; ++m)
-                e.d.predicted[m] = predict(model, op, static_cast<coll_method>(m), static_cast<double>(bytes));
+            const bool from_model = !forced && (trials_ == 0 || measured_by_model(model, op, static_cast<double>(bytes)));
+            // The library, then each candidate set of levels; agreed whenever anything rests on
+            // them (a choice among several sets, or the final one), since ranks may hold
+            // different models (one file per host).
+            const std::vector<std::uint32_t> sets = candidate_sets(model, op);
+            std::vector<double> v{predict(model, op, coll_method::library, static_cast<double>(bytes))};
+            for (const std::uint32_t set : sets)
+                v.push_back(predict(model, op, coll_method::hierarchical, static_cast<double>(bytes), set));
+            if (from_model || sets.size() > 1) agree(v.data(), static_cast<int>(v.size()));
+            std::size_t best = 0;
+            for (std::size_t i = 0; i < sets.size(); ++i) {
+                e.d.level_predictions.emplace_back(sets[i], v[i + 1]);
+                if (v[i + 1] < v[best + 1]) best = i;
+            }
+            e.d.levels = sets[best];
+            e.d.predicted = {v[0], v[best + 1]};
             if (forced) {
                 e.d.method = *forced;
                 e.d.forced = true;
                 e.decided = true;
-            } else if (trials_ == 0 || measured_by_model(model, op, static_cast<double>(bytes))) {
-                std::array<double, coll_method_count> agreed = e.d.predicted;
-                agree(agreed.data(), static_cast<int>(agreed.size()));
-                e.d.predicted = agreed;
-                e.d.method = better(agreed);
+            } else if (from_model) {
+                e.d.method = better(e.d.predicted);
                 e.decided = true;
             }
         }
         pick p;
+        p.levels = e.d.levels;
         if (e.decided) {
             settle(k, e.d.method);
             ++e.d.taken;
@@ -285,12 +346,23 @@ public:
         }
     }
 
-    /// The model's prediction for one method: its measured table for this shape when there is
-    /// one, else the analytic model.
-    double predict(const cost_model& model, coll_op op, coll_method m, double bytes) const {
-        const std::string name = table_names::collective(op, m, shape_);
+    /// The model's prediction for one method (shunt's over the levels of `levels`): its
+    /// measured table for this shape when there is one, else the analytic model.
+    double predict(const cost_model& model, coll_op op, coll_method m, double bytes,
+                   std::uint32_t levels = ~std::uint32_t{0}) const {
+        const std::string name = table_names::collective(op, m, shape_, levels);
         if (const time_table* t = model.find(name)) return t->predict(bytes);
-        return analytic_collective(model.params(), op, m, shape_, bytes);
+        return analytic_collective(model.params(), op, m, shape_, bytes, levels);
+    }
+
+    /// The sets of levels that compete for `op`: those with a measured table when the full
+    /// schedule has one (measured against measured), else every candidate (all analytic).
+    std::vector<std::uint32_t> candidate_sets(const cost_model& model, coll_op op) const {
+        if (model.find(table_names::collective(op, coll_method::hierarchical, shape_)) == nullptr) return level_sets_;
+        std::vector<std::uint32_t> sets;
+        for (const std::uint32_t set : level_sets_)
+            if (model.find(table_names::collective(op, coll_method::hierarchical, shape_, set)) != nullptr) sets.push_back(set);
+        return sets;
     }
 
     static int size_class(std::int64_t bytes) {
@@ -335,6 +407,7 @@ private:
     coll_shape shape_;
     int trials_;
     double margin_;
+    std::vector<std::uint32_t> level_sets_;
     mutable std::mutex mutex_;
     std::map<key, entry> entries_;
     /// Per (op, size class): 0 while undecided, else the method + 1; and the calls that took it

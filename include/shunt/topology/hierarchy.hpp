@@ -143,6 +143,13 @@ public:
     /// The same groups without the trivial levels.
     hierarchy without_trivial_levels() const { return select([this](int k) { return !trivial(k); }); }
 
+    /// The same groups keeping only the levels whose bit is set in `mask` (bit k for level k):
+    /// the groups of a dropped level merge into those of the next kept one, so a schedule over
+    /// the result runs one level fewer; mask 0 leaves one flat group of everything.
+    hierarchy keep_levels(std::uint32_t mask) const {
+        return select([mask](int k) { return k < 32 && ((mask >> k) & 1u) != 0; });
+    }
+
     /// The same groups keeping only the levels k for which keep(k) is true.
     template <class Pred>
     hierarchy select(Pred keep) const {

@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -187,6 +189,17 @@ public:
     MPI_Comm comm() const { return comm_.get(); }
     /// The group tables of the non-trivial levels (the whole communicator above them).
     const shunt::hierarchy& groups() const { return groups_; }
+    /// groups() keeping only the levels whose bit is set in `mask` (hierarchy::keep_levels),
+    /// built on first use and kept; groups() itself when every level is kept. Thread-safe.
+    const shunt::hierarchy& groups(std::uint32_t mask) const {
+        const int L = groups_.levels();
+        const std::uint32_t all = L >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << L) - 1;
+        if ((mask & all) == all) return groups_;
+        std::lock_guard lock(selected_mutex_);
+        auto& h = selected_[mask & all];
+        if (!h) h = std::make_unique<shunt::hierarchy>(groups_.keep_levels(mask & all));
+        return *h;
+    }
     /// The non-trivial levels, innermost first; levels()[k] is level k of groups().
     std::span<const topology_level> levels() const { return levels_; }
     /// The canonical text of the description this topology was built from.
@@ -233,6 +246,8 @@ private:
     std::vector<detail::owned_comm> group_comms_, peer_comms_;
     std::vector<topology_level> levels_;
     std::vector<std::string> notes_;
+    mutable std::mutex selected_mutex_;
+    mutable std::map<std::uint32_t, std::unique_ptr<shunt::hierarchy>> selected_;
 };
 
 namespace detail {

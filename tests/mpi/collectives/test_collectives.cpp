@@ -6,9 +6,12 @@
 #include <shunt/collectives/alltoall.hpp>
 #include <shunt/collectives/alltoallv.hpp>
 #include <shunt/collectives/bcast.hpp>
+#include <shunt/collectives/reduce.hpp>
+#include <shunt/collectives/reduce_scatter.hpp>
 #include <shunt/collectives/reduce_scatter_block.hpp>
 #include <shunt/topology/topology.hpp>
 
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <complex>
@@ -470,6 +473,70 @@ TEST_CASE("alltoallv equals MPI_Alltoallv: uneven and zero sizes, gaps, reversed
             }
         }
     });
+}
+
+TEST_CASE("every collective over every subset of the levels equals the library") {
+    // The planner may run shunt's schedules over fewer levels than the topology has (a dropped
+    // level's groups merge into the next kept one): every such schedule must be exact.
+    for (const std::string spec : {"node=2,1;switch=3", "package=1;node=2;switch=4"}) {
+        CAPTURE(spec);
+        const shunt::topology& topo = shunt::topology::of(MPI_COMM_WORLD, spec);
+        const int p = topo.size(), me = topo.rank(), levels = topo.groups().levels();
+        if (p >= 4 && spec[0] == 'n') CHECK(levels == 2);  // {0,1},{2},{3} in {0,1,2},{3}
+        for (std::uint32_t mask = 0; mask < (1u << levels); ++mask) {
+            CAPTURE(mask);
+            shunt::collective_options opt;
+            opt.levels = mask;
+            CHECK(topo.groups(mask).levels() == std::popcount(mask));
+            auto rng = rank_rng(MPI_COMM_WORLD, mask + 101);
+            const int n = 37 * p;
+            std::vector<int> in(static_cast<std::size_t>(n)), want(in.size()), got(in.size());
+            for (int& v : in) v = static_cast<int>(rng() % 100000);
+            MPI_Allreduce(in.data(), want.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            shunt::allreduce(topo, in.data(), got.data(), n, MPI_INT, MPI_SUM, opt);
+            CHECK(got == want);
+            const int root = (p - 1) % p;
+            std::fill(got.begin(), got.end(), -1), std::fill(want.begin(), want.end(), -1);
+            MPI_Reduce(in.data(), want.data(), n, MPI_INT, MPI_MAX, root, MPI_COMM_WORLD);
+            shunt::reduce(topo, in.data(), got.data(), n, MPI_INT, MPI_MAX, root, opt);
+            CHECK(got == want);
+            std::vector<int> part(37), part_want(37);
+            MPI_Reduce_scatter_block(in.data(), part_want.data(), 37, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            shunt::reduce_scatter_block(topo, in.data(), part.data(), 37, MPI_INT, MPI_SUM, opt);
+            CHECK(part == part_want);
+            std::vector<int> counts(static_cast<std::size_t>(p));
+            int total = 0;
+            for (int r = 0; r < p; ++r) total += counts[static_cast<std::size_t>(r)] = (r * 7) % 11;
+            std::vector<int> uneven(static_cast<std::size_t>(total)), rs(40, -1), rs_want(40, -1);
+            for (int& v : uneven) v = static_cast<int>(rng() % 1000);
+            MPI_Reduce_scatter(uneven.data(), rs_want.data(), counts.data(), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+            shunt::reduce_scatter(topo, uneven.data(), rs.data(), counts.data(), MPI_INT, MPI_SUM, opt);
+            CHECK(rs == rs_want);
+            std::vector<int> mine(in.begin(), in.begin() + 37);
+            MPI_Allgather(mine.data(), 37, MPI_INT, want.data(), 37, MPI_INT, MPI_COMM_WORLD);
+            shunt::allgather(topo, mine.data(), got.data(), 37, MPI_INT, opt);
+            CHECK(got == want);
+            want = in, got = in;
+            MPI_Bcast(want.data(), n, MPI_INT, 1 % p, MPI_COMM_WORLD);
+            shunt::bcast(topo, got.data(), n, MPI_INT, 1 % p, opt);
+            CHECK(got == want);
+            MPI_Alltoall(in.data(), 37, MPI_INT, want.data(), 37, MPI_INT, MPI_COMM_WORLD);
+            shunt::alltoall(topo, in.data(), got.data(), 37, MPI_INT, opt);
+            CHECK(got == want);
+            // alltoallv: rank r sends (r + j) % 5 elements to rank j, packed in order.
+            std::vector<int> sc(static_cast<std::size_t>(p)), sd(sc.size()), rc(sc.size()), rd(sc.size());
+            int so = 0, ro = 0;
+            for (int j = 0; j < p; ++j) {
+                const auto js = static_cast<std::size_t>(j);
+                sc[js] = (me + j) % 5, sd[js] = so, so += sc[js];
+                rc[js] = (j + me) % 5, rd[js] = ro, ro += rc[js];
+            }
+            std::vector<int> vin(in.begin(), in.begin() + so), vwant(static_cast<std::size_t>(ro) + 1, -1), vgot(vwant);
+            MPI_Alltoallv(vin.data(), sc.data(), sd.data(), MPI_INT, vwant.data(), rc.data(), rd.data(), MPI_INT, MPI_COMM_WORLD);
+            shunt::alltoallv(topo, vin.data(), sc.data(), sd.data(), vgot.data(), rc.data(), rd.data(), MPI_INT, opt);
+            CHECK(vgot == vwant);
+        }
+    }
 }
 
 TEST_CASE("the discovered node level is MPI_COMM_TYPE_SHARED (two nodes on the emulated cluster)") {
