@@ -55,6 +55,7 @@ struct runtime::p2p_request {
     bool receive = false;
     bool persistent = false;
     bool active = false;  ///< persistent: started and not yet completed
+    bool unpacked = false;  ///< a receive whose data MPI_Request_get_status already unpacked
     shim origin = shim::isend;
     void* buf = nullptr;            ///< the application's buffer (const for sends)
     MPI_Comm comm = MPI_COMM_NULL;  ///< receives: the communicator (MPI_COMM_NULL for MPI_Imrecv)
@@ -857,6 +858,7 @@ int runtime::start_requests(shim s, int n, MPI_Request requests[]) noexcept {
                 auto it = p2p_->requests.find(requests[i]);
                 if (it == p2p_->requests.end() || !it->second.persistent) continue;
                 it->second.active = true;
+                it->second.unpacked = false;
                 copy.receive = it->second.receive;
                 copy.buf = it->second.buf;
                 copy.block = it->second.block;
@@ -886,7 +888,8 @@ int runtime::start_requests(shim s, int n, MPI_Request requests[]) noexcept {
 void runtime::finish(shim s, p2p_request& r, const MPI_Status& status, int err, MPI_Request handle) noexcept {
     try {
         int cancelled = 0;
-        if (r.receive && delivered(err) && PMPI_Test_cancelled(&status, &cancelled) == MPI_SUCCESS && !cancelled) {
+        if (r.receive && !r.unpacked && delivered(err) && PMPI_Test_cancelled(&status, &cancelled) == MPI_SUCCESS &&
+            !cancelled) {
             const std::int64_t n = written_bytes(err, status, r.plan.bytes, r.comm);
             unpack_from(r.plan, r.block.ptr, n, r.buf);
             count_done(direction::recv, n);
@@ -1233,8 +1236,39 @@ int runtime::cancel(MPI_Request* request) noexcept {
 
 int runtime::request_get_status(MPI_Request request, int* flag, MPI_Status* status) noexcept {
     this->count(shim::request_get_status);
-    // Never completes a request: shunt's unpack happens at the Wait or Test that frees it.
-    return PMPI_Request_get_status(request, flag, status);
+    if (!p2p_live() || request == MPI_REQUEST_NULL) return PMPI_Request_get_status(request, flag, status);
+    // The request stays alive (the Wait or Test that frees it still comes), but a receive that
+    // is complete must show its data now: the application may read the buffer before freeing
+    // the request. Its data is unpacked here, once, and not again at the Wait.
+    p2p_request r;
+    {
+        const std::lock_guard lock(p2p_->mutex);
+        auto it = p2p_->requests.find(request);
+        if (it == p2p_->requests.end() || !it->second.receive || it->second.unpacked ||
+            (it->second.persistent && !it->second.active))
+            return PMPI_Request_get_status(request, flag, status);
+        r.serial = it->second.serial, r.buf = it->second.buf, r.comm = it->second.comm;
+        r.plan = it->second.plan, r.block = it->second.block;
+    }
+    MPI_Status one;
+    MPI_Status* st = status == MPI_STATUS_IGNORE ? &one : status;
+    const int rc = PMPI_Request_get_status(request, flag, st);
+    if (!delivered(rc) || !*flag) return rc;
+    try {
+        int cancelled = 0;
+        if (PMPI_Test_cancelled(st, &cancelled) == MPI_SUCCESS && !cancelled) {
+            const std::int64_t n = written_bytes(rc, *st, r.plan.bytes, r.comm);
+            unpack_from(r.plan, r.block.ptr, n, r.buf);
+            count_done(direction::recv, n);
+        }
+        const std::lock_guard lock(p2p_->mutex);
+        if (auto it = p2p_->requests.find(request); it != p2p_->requests.end() && it->second.serial == r.serial)
+            it->second.unpacked = true;
+        stats_.add(counter_index::shim_handled(shim::request_get_status));
+    } catch (const std::exception& e) {
+        internal_failure(shim::request_get_status, e.what());
+    }
+    return rc;
 }
 
 }  // namespace shunt::detail
