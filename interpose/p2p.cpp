@@ -11,11 +11,13 @@
 
 #include <algorithm>
 #include <climits>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -163,6 +165,39 @@ void pack_into(const runtime::p2p_plan& plan, const void* buf, void* out) {
     }
     if (done != plan.bytes)
         throw error("packed " + std::to_string(done) + " of " + std::to_string(plan.bytes) + " bytes");
+}
+
+/// One send of several started together: its plan, the application's buffer, its block.
+struct pack_job {
+    const runtime::p2p_plan* plan;
+    const void* buf;
+    void* out;
+};
+
+/// Packs several sends at once (MPI_Startall): host plans on the host packer, device plans in
+/// one fused kernel launch (a staged one into device scratch, copied to its block after) and
+/// one stream synchronisation for all of them.
+void pack_many(std::span<const pack_job> jobs) {
+    std::vector<gpu::device_input> fused;
+    std::deque<scoped_block> scratch;
+    std::vector<const pack_job*> staged;
+    for (const pack_job& j : jobs) {
+        if (j.plan->method == p2p_method::host) {
+            pack_into(*j.plan, j.buf, j.out);
+            continue;
+        }
+        void* out = j.out;
+        if (j.plan->method == p2p_method::staged) {
+            out = scratch.emplace_back(gpu::pool_acquire(gpu::pool_kind::device, static_cast<std::size_t>(j.plan->bytes))).b.ptr;
+            staged.push_back(&j);
+        }
+        fused.push_back({j.plan->form.get(), j.buf, out});
+    }
+    if (fused.empty()) return;
+    gpu::pack_fused(fused, nullptr);
+    for (std::size_t i = 0; i < staged.size(); ++i)
+        gpu::copy(staged[i]->out, scratch[i].b.ptr, static_cast<std::size_t>(staged[i]->plan->bytes), nullptr);
+    gpu::synchronize(nullptr);
 }
 
 /// Unpacks the first `n` received bytes from `in` into the application's buffer.
@@ -865,11 +900,12 @@ int runtime::start_requests(shim s, int n, MPI_Request requests[]) noexcept {
                 copy.plan = it->second.plan;
             }
             started.push_back(static_cast<std::size_t>(i));
-            if (!copy.receive) {
-                pack_into(copy.plan, copy.buf, copy.block.ptr);
-                count_done(direction::send, copy.plan.bytes);
-            }
+            if (!copy.receive) sends.push_back(std::move(copy));
         }
+        std::vector<pack_job> jobs;
+        for (const auto& r : sends) jobs.push_back({&r.plan, r.buf, r.block.ptr});
+        pack_many(jobs);
+        for (const auto& r : sends) count_done(direction::send, r.plan.bytes);
     } catch (const std::exception& e) {
         internal_failure(s, e.what());  // the message goes out unpacked: logged once
     }

@@ -51,8 +51,10 @@ void fill(std::vector<unsigned char>& v, unsigned seed) {
     }
 }
 
-/// One exchange 0 -> 1 by `way` (0 Send/Recv, 1 Isend/Irecv + Wait, 2 Sendrecv both ways) with
-/// host or device buffers; returns what rank 1 (and rank 0 for Sendrecv) received, as host bytes.
+/// One exchange 0 -> 1 by `way` (0 Send/Recv, 1 Isend/Irecv + Wait, 2 Sendrecv both ways, 3 two
+/// persistent sends of the buffer started by one MPI_Startall, which shunt packs in one fused
+/// launch, into two persistent receives) with host or device buffers; returns what rank 1 (and
+/// rank 0 for Sendrecv) received, as host bytes.
 std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
     const std::size_t n = span_of(t.type, t.count);
     std::vector<unsigned char> out(n), in(n);
@@ -68,7 +70,40 @@ std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
     }
     MPI_Status st;
     int got = -1;
-    if (way == 0 || way == 1) {
+    if (way == 3) {
+        MPI_Request rq[2];
+        void* second = nullptr;
+        std::vector<unsigned char> copy(n);
+        if (rank_ == 0) {
+            for (int k = 0; k < 2; ++k)
+                check_mpi(MPI_Send_init(sbuf, t.count, t.type, 1, 30 + k, MPI_COMM_WORLD, &rq[k]), "MPI_Send_init");
+        } else {
+            if (device) {
+                check_cuda(cudaMalloc(&second, n), "cudaMalloc");
+                check_cuda(cudaMemcpy(second, in.data(), n, cudaMemcpyHostToDevice), "cudaMemcpy");
+            } else {
+                copy = in;
+                second = copy.data();
+            }
+            check_mpi(MPI_Recv_init(rbuf, t.count, t.type, 0, 30, MPI_COMM_WORLD, &rq[0]), "MPI_Recv_init");
+            check_mpi(MPI_Recv_init(second, t.count, t.type, 0, 31, MPI_COMM_WORLD, &rq[1]), "MPI_Recv_init");
+        }
+        check_mpi(MPI_Startall(2, rq), "MPI_Startall");
+        check_mpi(MPI_Waitall(2, rq, MPI_STATUSES_IGNORE), "MPI_Waitall");
+        for (auto& r : rq) check_mpi(MPI_Request_free(&r), "MPI_Request_free");
+        if (rank_ == 1) {
+            // Both receives hold the same message.
+            std::vector<unsigned char> a(n), b(n);
+            if (device) {
+                check_cuda(cudaMemcpy(a.data(), rbuf, n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+                check_cuda(cudaMemcpy(b.data(), second, n, cudaMemcpyDeviceToHost), "cudaMemcpy");
+                cudaFree(second);
+            } else {
+                a = in, b = copy;
+            }
+            if (a != b) fail("the two persistent receives of one MPI_Startall differ");
+        }
+    } else if (way == 0 || way == 1) {
         if (rank_ == 0) {
             if (way == 0) {
                 check_mpi(MPI_Send(sbuf, t.count, t.type, 1, way, MPI_COMM_WORLD), "MPI_Send");
@@ -131,7 +166,7 @@ int main(int argc, char** argv) {
 
     int checked = 0;
     for (const auto& t : types)
-        for (int way = 0; way < 3; ++way) {
+        for (int way = 0; way < 4; ++way) {
             const auto host = exchange(t, way, false);
             const auto dev = exchange(t, way, true);
             if ((rank_ == 1 || way == 2) && std::memcmp(host.data(), dev.data(), host.size()) != 0) {
