@@ -16,13 +16,14 @@ enum class grouping_kind {
     sizes,      ///< `3,1`: consecutive world ranks in groups of these sizes, the list repeated
     labels,     ///< `[0,1,0,1]`: the group label of each world rank, in world rank order
     hosts,      ///< `{a,b|c*}`: groups of host names (MPI_Get_processor_name); `*` ends a prefix
+    slurm,      ///< `slurm[:D]`: the D-th switch tier above the node in Slurm's topology address
 };
 
 /// One level of a topology description.
 struct level_spec {
     std::string name;
     grouping_kind kind = grouping_kind::automatic;
-    std::vector<std::int64_t> values;             ///< sizes, or labels
+    std::vector<std::int64_t> values;             ///< sizes, or labels, or the slurm tier
     std::vector<std::vector<std::string>> hosts;  ///< host patterns per group
     bool operator==(const level_spec&) const = default;
 };
@@ -31,7 +32,7 @@ struct level_spec {
 /// last level is always the whole communicator.
 ///
 /// Grammar (blanks around tokens are ignored; the empty string means the default
-/// `package=auto;node=auto`):
+/// `package=auto;node=auto;switch=slurm`):
 ///
 ///     spec     := level { ';' level }
 ///     level    := NAME '=' grouping                NAME: [A-Za-z_][A-Za-z0-9_-]*, unique
@@ -39,6 +40,7 @@ struct level_spec {
 ///               | SIZE { ',' SIZE }                SIZE >= 1
 ///               | '[' LABEL { ',' LABEL } ']'      LABEL >= 0, one per world rank
 ///               | '{' HOSTS { '|' HOSTS } '}'      HOSTS := HOST { ',' HOST }
+///               | 'slurm' [ ':' TIER ]             TIER >= 1 (default 1)
 ///
 /// `node=auto` groups the ranks that share memory (MPI_COMM_TYPE_SHARED); `package=auto` and
 /// `numa=auto` group the ranks of a node by the package or NUMA node their CPU binding lies in
@@ -48,6 +50,12 @@ struct level_spec {
 /// ranks, `node=[0,1,0,1]` puts world ranks 0 and 2 on one node and 1 and 3 on another. Host
 /// groups name hosts (a trailing `*` matches any suffix) and suit the upper levels of a real
 /// machine: `node=auto;switch={nid001,nid002|nid003,nid004}`; every host must be listed.
+/// `slurm` takes the groups from the launcher: Slurm's topology/tree plugin gives each task
+/// SLURM_TOPOLOGY_ADDR (e.g. `spine0.leaf3.nid017`) and SLURM_TOPOLOGY_ADDR_PATTERN (e.g.
+/// `switch.switch.node`); tier 1 groups the ranks under the same switch directly above their
+/// node, tier 2 under the same switch above that, and so on. Where some rank has no such
+/// address (not under Slurm, no topology plugin, fewer tiers) the level is left out with a note,
+/// so the default description works everywhere.
 /// Virtual levels for tests on one machine: `package=1;node=2` (4 ranks: 2 nodes of 2
 /// single-rank packages). Groups of a level must nest inside the groups of the next level.
 struct topology_spec {
@@ -79,7 +87,8 @@ public:
 
     static topology_spec default_spec() {
         return topology_spec{{level_spec{"package", grouping_kind::automatic, {}, {}},
-                              level_spec{"node", grouping_kind::automatic, {}, {}}}};
+                              level_spec{"node", grouping_kind::automatic, {}, {}},
+                              level_spec{"switch", grouping_kind::slurm, {1}, {}}}};
     }
 
 private:
@@ -179,9 +188,18 @@ private:
         } else {
             std::size_t at = pos_;
             std::string word = parse_name();
+            if (word == "slurm") {
+                l.kind = grouping_kind::slurm;
+                l.values.push_back(1);
+                if (peek(':')) {
+                    ++pos_;
+                    l.values.back() = parse_number(1);
+                }
+                return l;
+            }
             if (word != "auto") {
                 pos_ = at;
-                fail("expected 'auto', sizes, [labels] or {hosts}");
+                fail("expected 'auto', 'slurm', sizes, [labels] or {hosts}");
             }
             if (l.name != "node" && l.name != "package" && l.name != "numa") {
                 pos_ = at;
@@ -236,6 +254,10 @@ inline std::string to_string(const topology_spec& spec) {
             }
             out += '}';
             break;
+        case grouping_kind::slurm:
+            out += "slurm";
+            if (!l.values.empty() && l.values[0] != 1) out += ':' + std::to_string(l.values[0]);
+            break;
         }
     }
     return out;
@@ -258,6 +280,43 @@ inline std::int64_t rank_label(const level_spec& l, int world_rank, int world_si
     std::int64_t g = 0;
     while (rest >= l.values[static_cast<std::size_t>(g)]) rest -= l.values[static_cast<std::size_t>(g++)];
     return cycle * static_cast<std::int64_t>(l.values.size()) + g;
+}
+
+/// The group label at a slurm level of tier `l.values[0]` for a task whose Slurm topology address
+/// is `addr` with pattern `pattern` (both dot-separated, outermost first; an empty pattern means
+/// every component but the last is a switch): a hash of the address up to that switch, or -1
+/// when there is no address, no such tier or the two do not match.
+inline std::int64_t slurm_label(const level_spec& l, std::string_view addr, std::string_view pattern) {
+    const auto split = [](std::string_view text) {
+        std::vector<std::string_view> parts;
+        for (std::size_t start = 0;;) {
+            const std::size_t dot = text.find('.', start);
+            parts.push_back(text.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+            if (dot == std::string_view::npos) return parts;
+            start = dot + 1;
+        }
+    };
+    if (addr.empty() || l.values.empty()) return -1;
+    const auto parts = split(addr);
+    std::vector<std::size_t> switches;  // indices of the switch components, outermost first
+    if (pattern.empty()) {
+        for (std::size_t i = 0; i + 1 < parts.size(); ++i) switches.push_back(i);
+    } else {
+        const auto kinds = split(pattern);
+        if (kinds.size() != parts.size()) return -1;
+        for (std::size_t i = 0; i < kinds.size(); ++i)
+            if (kinds[i] == "switch") switches.push_back(i);
+    }
+    const std::int64_t tier = l.values[0];
+    if (tier < 1 || tier > static_cast<std::int64_t>(switches.size())) return -1;
+    const std::size_t last = switches[switches.size() - static_cast<std::size_t>(tier)];
+    // FNV-1a of the components up to that switch, kept non-negative.
+    std::uint64_t h = 14695981039346656037ull;
+    for (std::size_t i = 0; i <= last; ++i) {
+        for (const char c : parts[i]) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+        h = (h ^ '.') * 1099511628211ull;
+    }
+    return static_cast<std::int64_t>(h >> 1);
 }
 
 /// The index of the host group of `host` at a hosts level, or -1 when no pattern matches.

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -110,6 +111,12 @@ public:
                 if (host.empty()) host = processor_name();
                 mine[k] = host_label(l, host);
                 break;
+            case grouping_kind::slurm: {
+                const char* addr = std::getenv("SLURM_TOPOLOGY_ADDR");
+                const char* pattern = std::getenv("SLURM_TOPOLOGY_ADDR_PATTERN");
+                mine[k] = slurm_label(l, addr ? addr : "", pattern ? pattern : "");
+                break;
+            }
             }
         }
 
@@ -132,6 +139,12 @@ public:
                 throw error("topology level '" + l.name + "': the host of rank " + std::to_string(unknown) +
                             (unknown == rank_ ? " ('" + host + "')" : std::string()) +
                             " matches none of its host groups; every host must be listed");
+            }
+            if (unknown >= 0 && l.kind == grouping_kind::slurm) {
+                notes_.push_back(l.name + ": ignored, rank " + std::to_string(unknown) +
+                                 " has no Slurm switch address of tier " + std::to_string(l.values[0]) +
+                                 " (SLURM_TOPOLOGY_ADDR, SLURM_TOPOLOGY_ADDR_PATTERN)");
+                continue;
             }
             if (unknown >= 0) {
                 notes_.push_back(l.name + ": ignored, rank " + std::to_string(unknown) + " is not bound inside one " +

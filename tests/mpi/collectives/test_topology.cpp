@@ -3,6 +3,7 @@
 
 #include <shunt/topology/topology.hpp>
 
+#include <cstdlib>
 #include <set>
 
 int main(int argc, char** argv) { return run_mpi_doctest(argc, argv); }
@@ -39,13 +40,15 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
 
 TEST_CASE("descriptions parse, print back, and say what is wrong") {
     using shunt::parse_topology_spec;
-    CHECK(shunt::to_string(parse_topology_spec("")) == "package=auto;node=auto");
+    CHECK(shunt::to_string(parse_topology_spec("")) == "package=auto;node=auto;switch=slurm");
     for (const char* s : {"node=2", "package=1;node=2;switch=4", "node=3,1", "node=[0,1,0,1]", "node=auto;switch={a,b|c*,d}",
-                          "numa=auto;node=auto"})
+                          "numa=auto;node=auto", "node=auto;leaf=slurm;spine=slurm:2"})
         CHECK(shunt::to_string(parse_topology_spec(s)) == s);
     CHECK(shunt::to_string(parse_topology_spec(" node = 2 ; switch = [ 0 , 0 ] ")) == "node=2;switch=[0,0]");
+    CHECK(shunt::to_string(parse_topology_spec("switch=slurm:1")) == "switch=slurm");
     for (const char* bad : {"node", "node=", "node=0", "node=2;", "node=2;node=4", "node=[1,", "node=[-1]", "switch=auto",
-                            "node={}", "node=2 x", "9node=2", "node=99999999999", "node=abc"}) {
+                            "node={}", "node=2 x", "9node=2", "node=99999999999", "node=abc", "switch=slurm:0",
+                            "switch=slurm:", "switch=slurm2"}) {
         CAPTURE(bad);
         CHECK_THROWS_AS(parse_topology_spec(bad), shunt::error);
     }
@@ -69,6 +72,50 @@ TEST_CASE("rank and host labels") {
     CHECK(shunt::host_label(h.levels[0], "nid1234") == 1);
     CHECK(shunt::host_label(h.levels[0], "nid003") == -1);
     CHECK(shunt::host_label(h.levels[0], "nid00") == -1);
+}
+
+TEST_CASE("Slurm topology addresses: one group per switch of the tier") {
+    const auto spec = shunt::parse_topology_spec("leaf=slurm;spine=slurm:2;core=slurm:3");
+    const auto& leaf = spec.levels[0];
+    const auto& spine = spec.levels[1];
+    const auto& core = spec.levels[2];
+    const char* pattern = "switch.switch.node";
+    const auto a = shunt::slurm_label(leaf, "s0.l1.nid001", pattern);
+    CHECK(a >= 0);
+    CHECK(shunt::slurm_label(leaf, "s0.l1.nid002", pattern) == a);
+    CHECK(shunt::slurm_label(leaf, "s0.l2.nid003", pattern) != a);
+    CHECK(shunt::slurm_label(leaf, "s1.l1.nid004", pattern) != a);  // l1 under another spine is another switch
+    CHECK(shunt::slurm_label(spine, "s0.l1.nid001", pattern) == shunt::slurm_label(spine, "s0.l2.nid003", pattern));
+    CHECK(shunt::slurm_label(spine, "s0.l1.nid001", pattern) != shunt::slurm_label(spine, "s1.l1.nid004", pattern));
+    CHECK(shunt::slurm_label(core, "s0.l1.nid001", pattern) == -1);  // only two tiers
+    CHECK(shunt::slurm_label(leaf, "s0.l1.nid001", "") == a);         // no pattern: all but the node are switches
+    CHECK(shunt::slurm_label(leaf, "s0.l1.nid001", "switch.node") == -1);  // pattern and address disagree
+    CHECK(shunt::slurm_label(leaf, "", pattern) == -1);
+    CHECK(shunt::slurm_label(leaf, "nid001", "node") == -1);
+
+    // From each rank's environment, as Slurm sets it per task: leaf switches of 2 ranks.
+    const int w = world_size(), me = world_rank();
+    const std::string addr = "spine0.leaf" + std::to_string(me / 2) + ".nid" + std::to_string(me);
+    ::setenv("SLURM_TOPOLOGY_ADDR", addr.c_str(), 1);
+    ::setenv("SLURM_TOPOLOGY_ADDR_PATTERN", pattern, 1);
+    {
+        shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("node=1;switch=slurm;spine=slurm:2"));
+        const auto& h = topo.groups();
+        if (w >= 3) {
+            REQUIRE(h.levels() == 1);  // nodes of one rank and the one spine say nothing
+            CHECK(h.name(0) == "switch");
+            for (int r = 0; r < w; ++r) CHECK((h.group_of(0, r) == h.group_of(0, me)) == (r / 2 == me / 2));
+        }
+    }
+    // One rank without an address: the level is left out, with a note, on every rank.
+    if (me == 0) ::unsetenv("SLURM_TOPOLOGY_ADDR");
+    {
+        shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("node=1;switch=slurm"));
+        CHECK(topo.groups().levels() == 0);
+        CHECK(topo.describe().find("switch: ignored, rank 0 has no Slurm switch address") != std::string::npos);
+    }
+    ::unsetenv("SLURM_TOPOLOGY_ADDR");
+    ::unsetenv("SLURM_TOPOLOGY_ADDR_PATTERN");
 }
 
 TEST_CASE("virtual levels: group and peer communicators hold the right world ranks") {
@@ -182,7 +229,7 @@ TEST_CASE("discovered levels: one machine is one node") {
     CHECK(topo.describe().find("all: ") != std::string::npos);
     shunt::topology dflt(MPI_COMM_WORLD, shunt::parse_topology_spec(""));
     CHECK(dflt.groups().levels() == 0);
-    CHECK(dflt.notes().size() == 2u);  // package (unbound, or one package) and node: why each went
+    CHECK(dflt.notes().size() == 3u);  // package (unbound, or one package), node and switch (no Slurm): why each went
 }
 
 TEST_CASE("inter-communicators are left to the library") {
