@@ -1,4 +1,5 @@
 // bench/coll.cpp: bench-coll, the MPI library's collectives against shunt's (the planner's choice, and its hierarchical schedule forced), in one job, with nccl-tests' algorithm and bus bandwidth.
+#include "coll_timing.hpp"
 #include "harness.hpp"
 
 #include <shunt/collectives/allgather.hpp>
@@ -11,8 +12,6 @@
 #include <shunt/topology/topology.hpp>
 
 #include <mpi.h>
-
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
@@ -45,55 +44,11 @@ double bus_factor(const op_info& op, int p) {
     return op.bus_factor_num * static_cast<double>(p - 1) / p;
 }
 
-std::string object_of(void* fn) {
-    Dl_info info{};
-    return dladdr(fn, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
-}
-
 /// The buffers of one (operation, size): `bytes` is nccl-tests' size (the whole vector of a
 /// reduction, the gathered buffer, alltoall's send buffer), a multiple of 8 * ranks.
 struct buffers {
     std::vector<double> in, out, check;
 };
-
-/// Times `variants` collectively: every trial runs each variant once (after a barrier), in
-/// rotating order; a trial's time is the slowest rank's; the best trial is kept. The trial
-/// count is decided on rank 0 and shared, so all ranks run the same calls.
-std::vector<double> measure_collective(const std::vector<std::function<void()>>& variants, const options& o,
-                                       int warmup) {
-    const std::size_t n = variants.size();
-    std::vector<double> local(n, 0);
-    for (std::size_t v = 0; v < n; ++v)
-        for (int w = 0; w < warmup; ++w) {
-            PMPI_Barrier(MPI_COMM_WORLD);
-            const double t0 = MPI_Wtime();
-            variants[v]();
-            local[v] = MPI_Wtime() - t0;
-        }
-    // Calls per trial (about 2 ms of the slowest variant, 1000 at most) and the number of trials
-    // that fit --time: from the slowest rank's warm-up, the same on every rank.
-    std::vector<double> slowest(n);
-    PMPI_Allreduce(local.data(), slowest.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    const double call = std::max(*std::max_element(slowest.begin(), slowest.end()), 1e-7);
-    const int reps = o.reps > 0 ? static_cast<int>(std::min<std::int64_t>(o.reps, 1 << 20))
-                                : static_cast<int>(std::clamp(2e-3 / call, 1.0, 1000.0));
-    const double per_trial = call * reps * static_cast<double>(n);
-    const int trials = static_cast<int>(std::clamp<double>(o.time_s / per_trial, 3, o.trials));
-    std::vector<double> best(n, std::numeric_limits<double>::infinity());
-    std::vector<double> times(n), mx(n);
-    for (int t = 0; t < trials; ++t) {
-        for (std::size_t j = 0; j < n; ++j) {
-            const std::size_t v = (static_cast<std::size_t>(t) + j) % n;
-            PMPI_Barrier(MPI_COMM_WORLD);
-            const double t0 = MPI_Wtime();
-            for (int r = 0; r < reps; ++r) variants[v]();
-            times[v] = (MPI_Wtime() - t0) / reps;
-        }
-        PMPI_Allreduce(times.data(), mx.data(), static_cast<int>(n), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        for (std::size_t v = 0; v < n; ++v) best[v] = std::min(best[v], mx[v]);
-    }
-    return best;
-}
 
 }  // namespace
 
@@ -133,14 +88,8 @@ int main(int argc, char** argv) {
                     std::printf("%s/%s\n", op.name, format_bytes(s).c_str());
         return 0;
     }
-    void* const shim = reinterpret_cast<void*>(&MPI_Allreduce);
-    void* const real = reinterpret_cast<void*>(&PMPI_Allreduce);
-    if (shim == real || object_of(shim) == object_of(real)) {
-        std::fprintf(stderr, "bench-coll: MPI_Allreduce resolves to the MPI library (%s), not to shunt's shims; build\n"
-                             "it linked with libshunt (as bench/meson.build does) or run it with LD_PRELOAD=libshunt.so.\n",
-                     object_of(real).c_str());
+    if (!calls_shunt("bench-coll", "MPI_Allreduce", reinterpret_cast<void*>(&MPI_Allreduce), reinterpret_cast<void*>(&PMPI_Allreduce)))
         return 1;
-    }
 
     MPI_Init(&argc, &argv);
     int rank = 0, p = 1;

@@ -3,6 +3,8 @@
 
 #include <shunt/errors.hpp>
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -21,6 +23,25 @@
 #include <vector>
 
 namespace shunt::bench {
+
+/// The shared object that defines the function at `fn`, or "?" when dladdr cannot tell.
+inline std::string object_of(void* fn) {
+    Dl_info info{};
+    return dladdr(fn, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
+}
+
+/// True when `shim` (the MPI_ function as this program calls it) is shunt's and not the
+/// library's `real` (its PMPI_ name); else says on stderr that `program`'s shunt column would
+/// measure the library, and how to build or run it instead.
+inline bool calls_shunt(const char* program, const char* call, void* shim, void* real) {
+    if (shim != real && object_of(shim) != object_of(real)) return true;
+    std::fprintf(stderr,
+                 "%s: %s resolves to the MPI library (%s), not to shunt's shims, so the shunt column would\n"
+                 "measure the library. Build %s linked with libshunt (as bench/meson.build does) or run it with\n"
+                 "LD_PRELOAD=libshunt.so.\n",
+                 program, call, object_of(real).c_str(), program);
+    return false;
+}
 
 /// A bad command line. Its message names the option, the value and what is accepted.
 class usage_error : public error {

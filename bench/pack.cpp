@@ -3,8 +3,6 @@
 
 #include <mpi.h>
 
-#include <dlfcn.h>
-
 #include <time.h>
 
 #include <algorithm>
@@ -257,11 +255,6 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
     }
 }
 
-/// The shared object that defines the function at `fn`, or "?" when dladdr cannot tell.
-std::string object_of(void* fn) {
-    Dl_info info{};
-    return dladdr(fn, &info) != 0 && info.dli_fname ? info.dli_fname : "?";
-}
 
 }  // namespace
 
@@ -335,14 +328,9 @@ int main(int argc, char** argv) {
     void* const shim_unpack = reinterpret_cast<void*>(&MPI_Unpack);
     void* const real_pack = reinterpret_cast<void*>(&PMPI_Pack);
     void* const real_unpack = reinterpret_cast<void*>(&PMPI_Unpack);
-    if (shim_pack == real_pack || shim_unpack == real_unpack || object_of(shim_pack) == object_of(real_pack)) {
-        std::fprintf(stderr,
-                     "bench-pack: MPI_Pack/MPI_Unpack resolve to the MPI library (%s), not to shunt's shims, so the\n"
-                     "shunt column would measure the library. Build bench-pack linked with libshunt (as bench/\n"
-                     "meson.build does) or run it with LD_PRELOAD=libshunt.so.\n",
-                     object_of(real_pack).c_str());
+    if (!calls_shunt("bench-pack", "MPI_Pack", shim_pack, real_pack) ||
+        !calls_shunt("bench-pack", "MPI_Unpack", shim_unpack, real_unpack))
         return 1;
-    }
 
     MPI_Init(&argc, &argv);
     int rank = 0, ranks = 1;

@@ -16,15 +16,16 @@ namespace shunt::detail {
 enum class shim : std::uint8_t {
     pack, unpack, pack_size, type_commit, type_dup, type_free, init, init_thread, finalize,
     allreduce, reduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv, bcast, alltoall, alltoallv,
+    alltoallw, neighbor_alltoallw,
     send, recv, isend, irecv, sendrecv, sendrecv_replace, ssend, rsend, bsend, issend, irsend, ibsend,
     send_init, recv_init, ssend_init, rsend_init, bsend_init, start, startall, mrecv, imrecv,
     wait, waitall, waitany, waitsome, test, testall, testany, testsome, request_free, cancel, request_get_status,
 };
-inline constexpr std::array<const char*, 50> shim_names = {
+inline constexpr std::array<const char*, 52> shim_names = {
     "MPI_Pack",      "MPI_Unpack",         "MPI_Pack_size",      "MPI_Type_commit",         "MPI_Type_dup",
     "MPI_Type_free", "MPI_Init",           "MPI_Init_thread",    "MPI_Finalize",            "MPI_Allreduce",
     "MPI_Reduce",    "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Allgatherv",
-    "MPI_Bcast",     "MPI_Alltoall",       "MPI_Alltoallv",
+    "MPI_Bcast",     "MPI_Alltoall",       "MPI_Alltoallv",      "MPI_Alltoallw",           "MPI_Neighbor_alltoallw",
     "MPI_Send",      "MPI_Recv",           "MPI_Isend",          "MPI_Irecv",               "MPI_Sendrecv",
     "MPI_Sendrecv_replace", "MPI_Ssend",   "MPI_Rsend",          "MPI_Bsend",               "MPI_Issend",
     "MPI_Irsend",    "MPI_Ibsend",         "MPI_Send_init",      "MPI_Recv_init",           "MPI_Ssend_init",
@@ -35,7 +36,7 @@ inline constexpr std::array<const char*, 50> shim_names = {
 inline constexpr std::size_t shim_count = shim_names.size();
 static_assert(static_cast<std::size_t>(shim::request_get_status) + 1 == shim_count, "every shim needs a name");
 /// The first and last collective shims.
-inline constexpr shim first_collective = shim::allreduce, last_collective = shim::alltoallv;
+inline constexpr shim first_collective = shim::allreduce, last_collective = shim::neighbor_alltoallw;
 /// The first and last point-to-point shims (data movers, then completion calls from first_completion).
 inline constexpr shim first_p2p = shim::send, first_completion = shim::wait, last_p2p = shim::request_get_status;
 

@@ -220,6 +220,26 @@ void unpack_from(const runtime::p2p_plan& plan, const void* in, std::int64_t n, 
     }
 }
 
+/// The device method for `bytes` packed bytes of a device buffer: handed to a CUDA-aware MPI,
+/// else one-shot below one_shot_limit and staged above; SHUNT_PACK forces one.
+p2p_method device_method(runtime::p2p_state& p, pack_choice forced, std::int64_t bytes) {
+    p2p_method m = p.cuda_aware ? p2p_method::device : bytes < one_shot_limit ? p2p_method::one_shot : p2p_method::staged;
+    switch (forced) {
+        case pack_choice::one_shot: m = p2p_method::one_shot; break;
+        case pack_choice::staged: m = p2p_method::staged; break;
+        case pack_choice::device:
+            if (p.cuda_aware)
+                m = p2p_method::device;
+            else if (!p.fallback_warned.exchange(true))
+                log_warn(log_category::pack,
+                         "SHUNT_PACK=device needs a CUDA-aware MPI library (set "
+                         "SHUNT_CUDA_AWARE=1 if it is one); device buffers are staged instead (said once)");
+            break;
+        default: break;
+    }
+    return m;
+}
+
 /// The device form of `count` x `type` (decoded as `t`), built once and cached; the cache holds
 /// the type's entry so that its address is not reused while the form is cached.
 std::shared_ptr<const gpu::device_form> device_form_for(runtime::p2p_state& p, type_memo& memo, const type_info* t,
@@ -302,6 +322,20 @@ void runtime::start_p2p() noexcept {
     }
 }
 
+runtime::device_way runtime::device_way_of(const void* buf, std::int64_t bytes) noexcept {
+    if (p2p_ == nullptr || !p2p_->device_on || !on_device(gpu::classify(buf))) return device_way::host;
+    switch (device_method(*p2p_, cfg_.pack, bytes)) {
+        case p2p_method::device: return device_way::device;
+        case p2p_method::one_shot: return device_way::one_shot;
+        default: return device_way::staged;
+    }
+}
+
+std::shared_ptr<const gpu::device_form> runtime::device_form_of(const type_info* t, int count, MPI_Datatype type) {
+    if (p2p_ == nullptr) throw unsupported("no point-to-point state");
+    return device_form_for(*p2p_, memo_, t, count, type);
+}
+
 bool runtime::p2p_live() const noexcept { return p2p_ != nullptr && p2p_->live.load(std::memory_order_acquire) != 0; }
 
 pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer,
@@ -348,22 +382,7 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
             plan.method = p2p_method::host;
         } else {
             if (dense && p2p_->cuda_aware) return pass_reason::contiguous;
-            p2p_method m = p2p_->cuda_aware         ? p2p_method::device
-                           : bytes < one_shot_limit ? p2p_method::one_shot
-                                                    : p2p_method::staged;
-            switch (cfg_.pack) {
-                case pack_choice::one_shot: m = p2p_method::one_shot; break;
-                case pack_choice::staged: m = p2p_method::staged; break;
-                case pack_choice::device:
-                    if (p2p_->cuda_aware)
-                        m = p2p_method::device;
-                    else if (!p2p_->fallback_warned.exchange(true))
-                        log_warn(log_category::pack,
-                                 "SHUNT_PACK=device needs a CUDA-aware MPI library (set "
-                                 "SHUNT_CUDA_AWARE=1 if it is one); device buffers are staged instead (said once)");
-                    break;
-                default: break;
-            }
+            p2p_method m = device_method(*p2p_, cfg_.pack, bytes);
             if (dense && !p2p_->cuda_aware) m = p2p_method::one_shot;  // a plain copy to pinned memory
             plan.method = m;
             plan.form = device_form_for(*p2p_, memo_, t, count, type);
@@ -883,9 +902,11 @@ int runtime::startall(int n, MPI_Request requests[]) noexcept {
 int runtime::start_requests(shim s, int n, MPI_Request requests[]) noexcept {
     if (!p2p_live() || requests == nullptr || n <= 0)
         return s == shim::start ? PMPI_Start(requests) : PMPI_Startall(n, requests);
-    // Pack every shunt send before the library starts it; mark shunt's requests active.
+    // Pack every shunt send before the library starts it, all together (one fused launch for
+    // device buffers); mark shunt's requests active.
     std::vector<std::size_t> started;
     try {
+        std::vector<p2p_request> sends;
         for (int i = 0; i < n; ++i) {
             p2p_request copy;
             {

@@ -20,6 +20,10 @@
 #include <mutex>
 #include <vector>
 
+namespace shunt::gpu {
+class device_form;
+}  // namespace shunt::gpu
+
 namespace shunt::detail {
 
 /// Calls made while another shim is active on the same thread go straight to the library.
@@ -78,6 +82,19 @@ public:
                   const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) noexcept;
     int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) noexcept;
+    // MPI_Alltoallw and MPI_Neighbor_alltoallw (alltoallw.cpp): every block packed in one fused
+    // pass, the bytes moved by the library's alltoallv, every block unpacked in one pass; one
+    // decision per communicator, agreed by all ranks on its first call.
+    int alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[],
+                  void* recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[],
+                  MPI_Comm comm) noexcept;
+    int neighbor_alltoallw(const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[],
+                           const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
+                           const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) noexcept;
+    /// One side (send or receive) of such a call as the library's byte exchange sees it, and
+    /// how its packed bytes travel: host memory, or a device buffer by one of the device methods.
+    struct w_side;
+    enum class device_way : std::uint8_t { host, device, one_shot, staged };
 
     /// A communicator's topology and collective planner (cached on it as an attribute).
     struct coll_context;
@@ -181,6 +198,23 @@ private:
     /// At MPI_Finalize: waits for every detached request (a receive that has not matched is
     /// cancelled first, so that it cannot hold MPI_Finalize), then releases the pools.
     void drain_p2p() noexcept;
+    /// How the fused collectives move the packed bytes of `buf` (p2p.cpp): `host` when it is not
+    /// device or managed memory, else the point-to-point rule for `bytes` packed bytes.
+    device_way device_way_of(const void* buf, std::int64_t bytes) noexcept;
+    /// The cached device form of `count` x `type` (decoded as `t`); throws as gpu::device_form does.
+    std::shared_ptr<const gpu::device_form> device_form_of(const type_info* t, int count, MPI_Datatype type);
+    /// MPI_Alltoallw / MPI_Neighbor_alltoallw after the argument checks: the communicator's
+    /// decision, then fused_exchange or `library()`, or both, timed, while it measures
+    /// (alltoallw.cpp).
+    template <class Library, class Exchange>
+    int fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv, Library library,
+                         Exchange exchange) noexcept;
+    /// shunt's path: pack every send block in one pass, `exchange(send, recv)` (the library's
+    /// alltoallv of bytes), unpack every received block in one pass; `pass(why)` where it
+    /// cannot. Counted as handled unless `counted` is false (alltoallw.cpp).
+    template <class Pass, class Exchange>
+    int fused_exchange(shim s, MPI_Comm comm, w_side& send, w_side& recv, Pass pass, Exchange exchange,
+                       bool counted) noexcept;
     /// Sets up device support and CUDA-awareness (once, when MPI is running).
     void start_p2p() noexcept;
     /// The point-to-point state, or nullptr without memory (point-to-point then passes through).

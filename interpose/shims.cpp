@@ -155,6 +155,27 @@ SHUNT_EXPORT int MPI_Alltoallv(const void* sendbuf, const int sendcounts[], cons
                : PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
 }
 
+SHUNT_EXPORT int MPI_Alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                               const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
+                               const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr
+               ? rt->alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm)
+               : PMPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm);
+}
+
+SHUNT_EXPORT int MPI_Neighbor_alltoallw(const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[],
+                                        const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
+                                        const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) {
+    const reentry_guard guard;
+    runtime* rt = active(guard);
+    return rt != nullptr ? rt->neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
+                                                  rdispls, recvtypes, comm)
+                         : PMPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
+                                                   rdispls, recvtypes, comm);
+}
+
 // Point-to-point: shunt packs device buffers and non-contiguous data; completion calls finish its requests.
 
 SHUNT_EXPORT int MPI_Send(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {

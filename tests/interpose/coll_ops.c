@@ -38,39 +38,6 @@ static size_t type_bytes(MPI_Datatype t) {
     return (size_t)s;
 }
 
-/* Two identically prefilled buffers of n bytes. */
-typedef struct {
-    unsigned char *a, *b;
-    size_t n;
-} pair_buf;
-
-static pair_buf pair_make(size_t n, uint32_t seed) {
-    pair_buf p;
-    p.n = n ? n : 1;
-    p.a = (unsigned char*)malloc(p.n);
-    p.b = (unsigned char*)malloc(p.n);
-    SHUNT_TEST_REQUIRE(p.a && p.b, "out of memory");
-    test_fill(p.a, p.n, seed);
-    memcpy(p.b, p.a, p.n);
-    return p;
-}
-
-static void pair_check(pair_buf* p, const char* what, MPI_Comm comm) {
-    int rank = 0;
-    MPI_Comm_rank(comm, &rank);
-    if (memcmp(p->a, p->b, p->n) != 0) {
-        size_t i = 0;
-        while (i < p->n && p->a[i] == p->b[i]) ++i;
-        SHUNT_TEST_REQUIRE(0, "%s: rank %d: byte %zu of %zu differs: shunt 0x%02x, library 0x%02x", what, rank, i, p->n,
-                           p->a[i], p->b[i]);
-    }
-    tally.checks += 1;
-    tally.bytes += (long long)p->n;
-    tally.hash = test_hash(tally.hash, p->a, p->n);
-    free(p->a);
-    free(p->b);
-}
-
 /* User-defined operations. */
 static void user_max(void* in, void* inout, int* len, MPI_Datatype* t) {
     (void)t;
@@ -117,49 +84,49 @@ static void reductions(MPI_Comm comm, const char* cname, MPI_Op umax, MPI_Op uaf
             fill_values(in, cases[c].type, n * size, rank, (int)c);
 
             snprintf(what, sizeof what, "%s: MPI_Allreduce %s x %d", cname, cases[c].name, n);
-            pair_buf p = pair_make(es * (size_t)n + 16, 1u + (uint32_t)c);
+            test_pair p = test_pair_make(es * (size_t)n + 16, 1u + (uint32_t)c);
             SHUNT_TEST_MPI(MPI_Allreduce(in, p.a, n, cases[c].type, cases[c].op, comm));
             SHUNT_TEST_MPI(PMPI_Allreduce(in, p.b, n, cases[c].type, cases[c].op, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
 
             snprintf(what, sizeof what, "%s: MPI_Allreduce in place %s x %d", cname, cases[c].name, n);
-            p = pair_make(es * (size_t)n + 16, 2u + (uint32_t)c);
+            p = test_pair_make(es * (size_t)n + 16, 2u + (uint32_t)c);
             memcpy(p.a, in, es * (size_t)n);
             memcpy(p.b, in, es * (size_t)n);
             SHUNT_TEST_MPI(MPI_Allreduce(MPI_IN_PLACE, p.a, n, cases[c].type, cases[c].op, comm));
             SHUNT_TEST_MPI(PMPI_Allreduce(MPI_IN_PLACE, p.b, n, cases[c].type, cases[c].op, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
 
             for (int root = 0; root < size; root += (size > 2 ? size - 1 : 1)) {
                 snprintf(what, sizeof what, "%s: MPI_Reduce %s x %d root %d", cname, cases[c].name, n, root);
-                p = pair_make(es * (size_t)n + 16, 3u + (uint32_t)c);
+                p = test_pair_make(es * (size_t)n + 16, 3u + (uint32_t)c);
                 SHUNT_TEST_MPI(MPI_Reduce(in, p.a, n, cases[c].type, cases[c].op, root, comm));
                 SHUNT_TEST_MPI(PMPI_Reduce(in, p.b, n, cases[c].type, cases[c].op, root, comm));
-                pair_check(&p, what, comm);
+                test_pair_check(&p, what, comm, &tally);
 #ifdef MPICH_VERSION
                 /* MPICH 4.0.2 crashes (segfault in its own memcpy) on an in-place reduce of 1000
                  * or more elements at a root other than 0, with or without shunt. */
                 if (root != 0 && n >= 1000) continue;
 #endif
                 snprintf(what, sizeof what, "%s: MPI_Reduce in place %s x %d root %d", cname, cases[c].name, n, root);
-                p = pair_make(es * (size_t)n + 16, 4u + (uint32_t)c);
+                p = test_pair_make(es * (size_t)n + 16, 4u + (uint32_t)c);
                 if (rank == root) {
                     memcpy(p.a, in, es * (size_t)n);
                     memcpy(p.b, in, es * (size_t)n);
                 }
                 SHUNT_TEST_MPI(MPI_Reduce(rank == root ? MPI_IN_PLACE : in, p.a, n, cases[c].type, cases[c].op, root, comm));
                 SHUNT_TEST_MPI(PMPI_Reduce(rank == root ? MPI_IN_PLACE : in, p.b, n, cases[c].type, cases[c].op, root, comm));
-                pair_check(&p, what, comm);
+                test_pair_check(&p, what, comm, &tally);
             }
 
             snprintf(what, sizeof what, "%s: MPI_Reduce_scatter_block %s x %d", cname, cases[c].name, n);
-            p = pair_make(es * (size_t)n + 16, 5u + (uint32_t)c);
+            p = test_pair_make(es * (size_t)n + 16, 5u + (uint32_t)c);
             SHUNT_TEST_MPI(MPI_Reduce_scatter_block(in, p.a, n, cases[c].type, cases[c].op, comm));
             SHUNT_TEST_MPI(PMPI_Reduce_scatter_block(in, p.b, n, cases[c].type, cases[c].op, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
 
             snprintf(what, sizeof what, "%s: MPI_Reduce_scatter_block in place %s x %d", cname, cases[c].name, n);
-            p = pair_make(es * (size_t)n * (size_t)size + 16, 6u + (uint32_t)c);
+            p = test_pair_make(es * (size_t)n * (size_t)size + 16, 6u + (uint32_t)c);
             memcpy(p.a, in, es * (size_t)n * (size_t)size);
             memcpy(p.b, in, es * (size_t)n * (size_t)size);
             SHUNT_TEST_MPI(MPI_Reduce_scatter_block(MPI_IN_PLACE, p.a, n, cases[c].type, cases[c].op, comm));
@@ -167,7 +134,7 @@ static void reductions(MPI_Comm comm, const char* cname, MPI_Op umax, MPI_Op uaf
             /* In place, only the first n elements are defined by MPI. */
             memset(p.a + es * (size_t)n, 0, p.n - es * (size_t)n);
             memset(p.b + es * (size_t)n, 0, p.n - es * (size_t)n);
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
 
             /* Uneven counts: rank r gets (r * n / 2 + r + 1) % (n + 1) elements, the last of 3 or more none. */
             int* rc = (int*)malloc(sizeof(int) * (size_t)size);
@@ -179,10 +146,10 @@ static void reductions(MPI_Comm comm, const char* cname, MPI_Op umax, MPI_Op uaf
             void* vin = malloc(es * (size_t)(total ? total : 1));
             fill_values(vin, cases[c].type, total, rank, (int)c + 1);
             snprintf(what, sizeof what, "%s: MPI_Reduce_scatter %s total %d", cname, cases[c].name, total);
-            p = pair_make(es * (size_t)rc[rank] + 16, 7u + (uint32_t)c);
+            p = test_pair_make(es * (size_t)rc[rank] + 16, 7u + (uint32_t)c);
             SHUNT_TEST_MPI(MPI_Reduce_scatter(vin, p.a, rc, cases[c].type, cases[c].op, comm));
             SHUNT_TEST_MPI(PMPI_Reduce_scatter(vin, p.b, rc, cases[c].type, cases[c].op, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
             free(vin);
             free(rc);
             free(in);
@@ -198,10 +165,10 @@ static void reductions(MPI_Comm comm, const char* cname, MPI_Op umax, MPI_Op uaf
             in[2 * i + 1] = rank;
         }
         snprintf(what, sizeof what, "%s: MPI_Allreduce MPI_2INT MAXLOC", cname);
-        pair_buf p = pair_make(sizeof(int) * 2 * n, 99);
+        test_pair p = test_pair_make(sizeof(int) * 2 * n, 99);
         SHUNT_TEST_MPI(MPI_Allreduce(in, p.a, n, MPI_2INT, MPI_MAXLOC, comm));
         SHUNT_TEST_MPI(PMPI_Allreduce(in, p.b, n, MPI_2INT, MPI_MAXLOC, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
         free(in);
     }
 }
@@ -231,73 +198,73 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
 
         /* Allgather: plain, in place, and with a gappy receive type (n ints per element). */
         snprintf(what, sizeof what, "%s: MPI_Allgather %d ints", cname, n);
-        pair_buf p = pair_make(bytes * (size_t)size + 8, 21);
+        test_pair p = test_pair_make(bytes * (size_t)size + 8, 21);
         SHUNT_TEST_MPI(MPI_Allgather(in, n, MPI_INT, p.a, n, MPI_INT, comm));
         SHUNT_TEST_MPI(PMPI_Allgather(in, n, MPI_INT, p.b, n, MPI_INT, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
 
         snprintf(what, sizeof what, "%s: MPI_Allgather in place %d ints", cname, n);
-        p = pair_make(bytes * (size_t)size + 8, 22);
+        p = test_pair_make(bytes * (size_t)size + 8, 22);
         memcpy(p.a + bytes * (size_t)rank, in, bytes);
         memcpy(p.b + bytes * (size_t)rank, in, bytes);
         SHUNT_TEST_MPI(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.a, n, MPI_INT, comm));
         SHUNT_TEST_MPI(PMPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.b, n, MPI_INT, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
 
         if (n > 0) {
             MPI_Datatype g = gappy_ints(n), block;
             SHUNT_TEST_MPI(MPI_Type_contiguous(n, MPI_INT, &block));
             SHUNT_TEST_MPI(MPI_Type_commit(&block));
             snprintf(what, sizeof what, "%s: MPI_Allgather %d ints into a type with gaps", cname, n);
-            p = pair_make(2 * bytes * (size_t)size + 8, 23);
+            p = test_pair_make(2 * bytes * (size_t)size + 8, 23);
             /* Odd ranks send one element of a contiguous type, even ranks n ints. */
             SHUNT_TEST_MPI(MPI_Allgather(in, rank % 2 ? 1 : n, rank % 2 ? block : MPI_INT, p.a, 1, g, comm));
             SHUNT_TEST_MPI(PMPI_Allgather(in, rank % 2 ? 1 : n, rank % 2 ? block : MPI_INT, p.b, 1, g, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
 
             snprintf(what, sizeof what, "%s: MPI_Bcast %d ints, a type with gaps on odd ranks", cname, n);
             for (int root = 0; root < size; root += (size > 2 ? size - 1 : 1)) {
-                p = pair_make(2 * bytes + 8, 24u + (uint32_t)rank);
+                p = test_pair_make(2 * bytes + 8, 24u + (uint32_t)rank);
                 if (rank == root) {
                     memcpy(p.a, in, 2 * bytes < bytes * (size_t)size ? 2 * bytes : bytes);
                     memcpy(p.b, p.a, p.n);
                 }
                 SHUNT_TEST_MPI(MPI_Bcast(p.a, rank % 2 ? 1 : n, rank % 2 ? g : MPI_INT, root, comm));
                 SHUNT_TEST_MPI(PMPI_Bcast(p.b, rank % 2 ? 1 : n, rank % 2 ? g : MPI_INT, root, comm));
-                pair_check(&p, what, comm);
+                test_pair_check(&p, what, comm, &tally);
             }
 
             snprintf(what, sizeof what, "%s: MPI_Alltoall %d ints, a type with gaps on receive", cname, n);
-            p = pair_make(2 * bytes * (size_t)size + 8, 25);
+            p = test_pair_make(2 * bytes * (size_t)size + 8, 25);
             SHUNT_TEST_MPI(MPI_Alltoall(in, n, MPI_INT, p.a, 1, g, comm));
             SHUNT_TEST_MPI(PMPI_Alltoall(in, n, MPI_INT, p.b, 1, g, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
             SHUNT_TEST_MPI(MPI_Type_free(&g));
             SHUNT_TEST_MPI(MPI_Type_free(&block));
         }
 
         snprintf(what, sizeof what, "%s: MPI_Bcast %d ints", cname, n);
         for (int root = 0; root < size; ++root) {
-            p = pair_make(bytes + 8, 26u + (uint32_t)rank);
+            p = test_pair_make(bytes + 8, 26u + (uint32_t)rank);
             memcpy(p.b, p.a, p.n);
             SHUNT_TEST_MPI(MPI_Bcast(p.a, n, MPI_INT, root, comm));
             SHUNT_TEST_MPI(PMPI_Bcast(p.b, n, MPI_INT, root, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
         }
 
         snprintf(what, sizeof what, "%s: MPI_Alltoall %d ints", cname, n);
-        p = pair_make(bytes * (size_t)size + 8, 27);
+        p = test_pair_make(bytes * (size_t)size + 8, 27);
         SHUNT_TEST_MPI(MPI_Alltoall(in, n, MPI_INT, p.a, n, MPI_INT, comm));
         SHUNT_TEST_MPI(PMPI_Alltoall(in, n, MPI_INT, p.b, n, MPI_INT, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
 
         snprintf(what, sizeof what, "%s: MPI_Alltoall in place %d ints", cname, n);
-        p = pair_make(bytes * (size_t)size + 8, 28);
+        p = test_pair_make(bytes * (size_t)size + 8, 28);
         memcpy(p.a, in, bytes * (size_t)size);
         memcpy(p.b, in, bytes * (size_t)size);
         SHUNT_TEST_MPI(MPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.a, n, MPI_INT, comm));
         SHUNT_TEST_MPI(PMPI_Alltoall(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.b, n, MPI_INT, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
 
         /* Allgatherv: uneven counts (rank r sends (r + 1) * n / size + r % 2 ints), displacements
          * in reverse rank order with gaps, and the same in place; then packed in rank order. */
@@ -315,24 +282,24 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
             at += rcounts[r];
         }
         snprintf(what, sizeof what, "%s: MPI_Allgatherv around %d ints, reversed with gaps", cname, n);
-        p = pair_make(sizeof(int) * (size_t)span + 8, 29);
+        p = test_pair_make(sizeof(int) * (size_t)span + 8, 29);
         SHUNT_TEST_MPI(MPI_Allgatherv(in, rcounts[rank], MPI_INT, p.a, rcounts, displs, MPI_INT, comm));
         SHUNT_TEST_MPI(PMPI_Allgatherv(in, rcounts[rank], MPI_INT, p.b, rcounts, displs, MPI_INT, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
 
         snprintf(what, sizeof what, "%s: MPI_Allgatherv in place around %d ints", cname, n);
-        p = pair_make(sizeof(int) * (size_t)span + 8, 30);
+        p = test_pair_make(sizeof(int) * (size_t)span + 8, 30);
         memcpy(p.a + sizeof(int) * (size_t)displs[rank], in, sizeof(int) * (size_t)rcounts[rank]);
         memcpy(p.b + sizeof(int) * (size_t)displs[rank], in, sizeof(int) * (size_t)rcounts[rank]);
         SHUNT_TEST_MPI(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.a, rcounts, displs, MPI_INT, comm));
         SHUNT_TEST_MPI(PMPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p.b, rcounts, displs, MPI_INT, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
 
         snprintf(what, sizeof what, "%s: MPI_Allgatherv packed around %d ints", cname, n);
-        p = pair_make(sizeof(int) * (size_t)at + 8, 31);
+        p = test_pair_make(sizeof(int) * (size_t)at + 8, 31);
         SHUNT_TEST_MPI(MPI_Allgatherv(in, rcounts[rank], MPI_INT, p.a, rcounts, packed, MPI_INT, comm));
         SHUNT_TEST_MPI(PMPI_Allgatherv(in, rcounts[rank], MPI_INT, p.b, rcounts, packed, MPI_INT, comm));
-        pair_check(&p, what, comm);
+        test_pair_check(&p, what, comm, &tally);
         free(rcounts);
         free(displs);
         free(packed);
@@ -360,19 +327,19 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
             SHUNT_TEST_REQUIRE(src != NULL, "out of memory");
             test_fill(src, sizeof(int) * 2 * (size_t)sspan + 8, 41u + (uint32_t)rank);
             snprintf(what, sizeof what, "%s: MPI_Alltoallv around %d ints, uneven, reversed with gaps", cname, n);
-            p = pair_make(sizeof(int) * (size_t)rspan + 8, 42);
+            p = test_pair_make(sizeof(int) * (size_t)rspan + 8, 42);
             SHUNT_TEST_MPI(MPI_Alltoallv(src, sc, sd, MPI_INT, p.a, rc, rd, MPI_INT, comm));
             SHUNT_TEST_MPI(PMPI_Alltoallv(src, sc, sd, MPI_INT, p.b, rc, rd, MPI_INT, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
 
             MPI_Datatype spaced;
             SHUNT_TEST_MPI(MPI_Type_create_resized(MPI_INT, 0, 2 * (MPI_Aint)sizeof(int), &spaced));
             SHUNT_TEST_MPI(MPI_Type_commit(&spaced));
             snprintf(what, sizeof what, "%s: MPI_Alltoallv around %d ints, odd ranks send one int per 8 bytes", cname, n);
-            p = pair_make(sizeof(int) * (size_t)rspan + 8, 43);
+            p = test_pair_make(sizeof(int) * (size_t)rspan + 8, 43);
             SHUNT_TEST_MPI(MPI_Alltoallv(src, sc, sd, rank % 2 ? spaced : MPI_INT, p.a, rc, rd, MPI_INT, comm));
             SHUNT_TEST_MPI(PMPI_Alltoallv(src, sc, sd, rank % 2 ? spaced : MPI_INT, p.b, rc, rd, MPI_INT, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
             SHUNT_TEST_MPI(MPI_Type_free(&spaced));
 
             rspan = 0;
@@ -383,10 +350,10 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
             }
 #undef A2AV_COUNT
             snprintf(what, sizeof what, "%s: MPI_Alltoallv in place around %d ints", cname, n);
-            p = pair_make(sizeof(int) * (size_t)rspan + 8, 44u + (uint32_t)rank);
+            p = test_pair_make(sizeof(int) * (size_t)rspan + 8, 44u + (uint32_t)rank);
             SHUNT_TEST_MPI(MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, p.a, rc, rd, MPI_INT, comm));
             SHUNT_TEST_MPI(PMPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, p.b, rc, rd, MPI_INT, comm));
-            pair_check(&p, what, comm);
+            test_pair_check(&p, what, comm, &tally);
             free(src);
             free(sc);
             free(sd);
@@ -424,10 +391,10 @@ int main(int argc, char** argv) {
         MPI_Comm inter;
         SHUNT_TEST_MPI(MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, rank % 2 ? 0 : 1, 77, &inter));
         int in[4] = {rank, rank * 2, -rank, 5};
-        pair_buf p = pair_make(sizeof in, 41);
+        test_pair p = test_pair_make(sizeof in, 41);
         SHUNT_TEST_MPI(MPI_Allreduce(in, p.a, 4, MPI_INT, MPI_SUM, inter));
         SHUNT_TEST_MPI(PMPI_Allreduce(in, p.b, 4, MPI_INT, MPI_SUM, inter));
-        pair_check(&p, "inter-communicator MPI_Allreduce", MPI_COMM_WORLD);
+        test_pair_check(&p, "inter-communicator MPI_Allreduce", MPI_COMM_WORLD, &tally);
         SHUNT_TEST_MPI(MPI_Comm_free(&inter));
     }
     SHUNT_TEST_MPI(MPI_Comm_free(&half));

@@ -150,4 +150,40 @@ static inline void test_pack_roundtrip(const char* name, MPI_Datatype type, int 
     free(ub.alloc);
 }
 
+/* Two identically prefilled buffers of n bytes: `a` for the call through shunt, `b` for the
+ * library's (PMPI_*) on the same data. */
+typedef struct {
+    unsigned char *a, *b;
+    size_t n;
+} test_pair;
+
+static inline test_pair test_pair_make(size_t n, uint32_t seed) {
+    test_pair p;
+    p.n = n ? n : 1;
+    p.a = (unsigned char*)malloc(p.n);
+    p.b = (unsigned char*)malloc(p.n);
+    SHUNT_TEST_REQUIRE(p.a && p.b, "out of memory");
+    test_fill(p.a, p.n, seed);
+    memcpy(p.b, p.a, p.n);
+    return p;
+}
+
+/* Requires the two buffers identical (naming the first differing byte), adds them to `tally`
+ * and frees them. */
+static inline void test_pair_check(test_pair* p, const char* what, MPI_Comm comm, test_tally* tally) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    if (memcmp(p->a, p->b, p->n) != 0) {
+        size_t i = 0;
+        while (i < p->n && p->a[i] == p->b[i]) ++i;
+        SHUNT_TEST_REQUIRE(0, "%s: rank %d: byte %zu of %zu differs: shunt 0x%02x, library 0x%02x", what, rank, i, p->n,
+                           p->a[i], p->b[i]);
+    }
+    tally->checks += 1;
+    tally->bytes += (long long)p->n;
+    tally->hash = test_hash(tally->hash, p->a, p->n);
+    free(p->a);
+    free(p->b);
+}
+
 #endif
