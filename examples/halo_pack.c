@@ -1,5 +1,8 @@
 /* examples/halo_pack.c: a plain-MPI 3-D halo exchange of subarray regions, packed with MPI_Pack or sent as derived datatypes, point to point or in one MPI_Neighbor_alltoallw (the program shunt is preloaded onto). */
 #include <mpi.h>
+#ifdef HALO_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include <errno.h>
 #include <limits.h>
@@ -8,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Usage: halo_pack [N [STEPS [QUANTITIES [pack|types|neighbor]]]]
+/* Usage: halo_pack [N [STEPS [QUANTITIES [pack|types|neighbor [host|device|staged]]]]]
  * Each rank of a periodic 3-D Cartesian grid owns N^3 cells of QUANTITIES double fields, stored
  * with a halo of RADIUS cells on every side. Every step the owner writes its interior, then the
  * halos are exchanged with all 26 neighbours (6 faces, 12 edges, 8 corners): each region is packed
@@ -19,6 +22,13 @@
  * mode `neighbor`, the 26 neighbours form a distributed graph and one MPI_Neighbor_alltoallw per
  * step moves every region of every quantity (per neighbour a struct of the quantities' subarray
  * types; the library packs, or shunt's fused packing does).
+ * MEMORY (halo_pack_cuda, built where CUDA is): `host` (the default) keeps the fields in host
+ * memory; `device` keeps them in GPU memory and hands the device pointers to MPI as they are
+ * (what a CUDA-aware MPI takes, and what shunt makes work on any MPI); `staged` keeps them in GPU
+ * memory and stages by hand, as users of an MPI that is not CUDA-aware do today: every field is
+ * copied to a host mirror before the exchange and back after it (inside the timed exchange).
+ * The owner writes its interior on the host and copies it to the device, and the check copies
+ * the fields back, both outside the timing.
  * Every halo cell is then checked against the value
  * its owner wrote. Prints the time per step (the exchange only, slowest rank) and a checksum of
  * all halo cells that is identical on every run with the same arguments and rank count.
@@ -57,12 +67,36 @@ static double owner_value(long x, long y, long z, int q, int step) {
 
 static long wrap(long i, long n) { return ((i % n) + n) % n; }
 
+enum memory { on_host, on_device, staged_by_hand };
+
+#ifdef HALO_CUDA
+static void cuda_check(cudaError_t rc, const char* what) {
+    if (rc != cudaSuccess) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s: %s", what, cudaGetErrorString(rc));
+        die(msg);
+    }
+}
+#endif
+
+/* Copies `bytes` between a host mirror and a field on the device (to_device: mirror -> field). */
+static void move_field(double* field, double* mirror, size_t bytes, int to_device) {
+#ifdef HALO_CUDA
+    cuda_check(cudaMemcpy(to_device ? field : mirror, to_device ? mirror : field, bytes,
+                          to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
+               "cudaMemcpy");
+#else
+    (void)field, (void)mirror, (void)bytes, (void)to_device;
+    die("built without CUDA: the fields cannot live on a device");
+#endif
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (argc > 5) die("usage: halo_pack [N [STEPS [QUANTITIES [pack|types|neighbor]]]]");
+    if (argc > 6) die("usage: halo_pack [N [STEPS [QUANTITIES [pack|types|neighbor [host|device|staged]]]]]");
     const int n = argc > 1 ? (int)parse_arg(argv[1], "N", RADIUS, 1024) : 64;
     const int steps = argc > 2 ? (int)parse_arg(argv[2], "STEPS", 1, 1000000) : 20;
     const int nq = argc > 3 ? (int)parse_arg(argv[3], "QUANTITIES", 1, 64) : 4;
@@ -70,6 +104,31 @@ int main(int argc, char** argv) {
         die("the mode must be pack, types or neighbor");
     const int by_types = argc > 4 && strcmp(argv[4], "types") == 0;
     const int by_neighbor = argc > 4 && strcmp(argv[4], "neighbor") == 0;
+    enum memory mem = on_host;
+    if (argc > 5 && strcmp(argv[5], "device") == 0)
+        mem = on_device;
+    else if (argc > 5 && strcmp(argv[5], "staged") == 0)
+        mem = staged_by_hand;
+    else if (argc > 5 && strcmp(argv[5], "host") != 0)
+        die("the memory must be host, device or staged");
+#ifndef HALO_CUDA
+    if (mem != on_host) die("built without CUDA: the memory must be host (halo_pack_cuda has device and staged)");
+#else
+    if (mem != on_host) {
+        int devices = 0;
+        if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+            if (rank == 0) printf("halo_pack: no CUDA device: skipped\n");
+            MPI_Finalize();
+            return 77;
+        }
+        int local = 0;
+        MPI_Comm node;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        MPI_Comm_rank(node, &local);
+        MPI_Comm_free(&node);
+        cuda_check(cudaSetDevice(local % devices), "cudaSetDevice");
+    }
+#endif
 
     int dims[3] = {0, 0, 0}, periods[3] = {1, 1, 1}, coords[3];
     MPI_Dims_create(size, 3, dims);
@@ -80,13 +139,25 @@ int main(int argc, char** argv) {
 
     const int full = n + 2 * RADIUS;
     const size_t cells = (size_t)full * full * full;
+    /* field[q]: what MPI is given (host memory, or device memory); host[q]: where the owner
+     * writes and the check reads (field[q] itself in host mode, else a host mirror). */
     double** field = malloc(sizeof(double*) * (size_t)nq);
-    if (!field) die("out of memory");
+    double** host = malloc(sizeof(double*) * (size_t)nq);
+    if (!field || !host) die("out of memory");
     for (int q = 0; q < nq; ++q) {
-        field[q] = malloc(sizeof(double) * cells);
-        if (!field[q]) die("out of memory");
-        for (size_t i = 0; i < cells; ++i) field[q][i] = -1.0;
+        host[q] = malloc(sizeof(double) * cells);
+        if (!host[q]) die("out of memory");
+        for (size_t i = 0; i < cells; ++i) host[q][i] = -1.0;
+        field[q] = host[q];
+#ifdef HALO_CUDA
+        if (mem != on_host) {
+            cuda_check(cudaMalloc((void**)&field[q], sizeof(double) * cells), "cudaMalloc");
+            move_field(field[q], host[q], sizeof(double) * cells, 1);
+        }
+#endif
     }
+    /* The buffers the exchange hands to MPI: the fields, or (staged) their host mirrors. */
+    double** mpi_field = mem == staged_by_hand ? host : field;
 
     /* One send and one receive subarray per direction d = (dz, dy, dx) in {-1,0,1}^3 \ {0}: the
      * interior layers next to side d go to the neighbour at coords + d, and what the neighbour at
@@ -143,10 +214,10 @@ int main(int argc, char** argv) {
         for (int i = 0; i < NDIRS; ++i) weights[i] = 1;
         MPI_Dist_graph_create_adjacent(cart, NDIRS, recv_from, weights, NDIRS, send_to, weights, MPI_INFO_NULL, 0,
                                        &graph);
-        MPI_Get_address(field[0], &base);
+        MPI_Get_address(mpi_field[0], &base);
         for (int q = 0; q < nq; ++q) {
             MPI_Aint at = 0;
-            MPI_Get_address(field[q], &at);
+            MPI_Get_address(mpi_field[q], &at);
             disp[q] = MPI_Aint_diff(at, base);
             ones[q] = 1;
         }
@@ -176,34 +247,44 @@ int main(int argc, char** argv) {
             for (int z = RADIUS; z < n + RADIUS; ++z)
                 for (int y = RADIUS; y < n + RADIUS; ++y)
                     for (int x = RADIUS; x < n + RADIUS; ++x)
-                        field[q][((size_t)z * full + y) * full + x] =
+                        host[q][((size_t)z * full + y) * full + x] =
                             owner_value(origin[2] + x - RADIUS, origin[1] + y - RADIUS, origin[0] + z - RADIUS, q, step);
+        if (mem != on_host)
+            for (int q = 0; q < nq; ++q) move_field(field[q], host[q], sizeof(double) * cells, 1);
 
         MPI_Barrier(cart);
         const double t0 = MPI_Wtime();
+        if (mem == staged_by_hand)
+            for (int q = 0; q < nq; ++q) move_field(field[q], host[q], sizeof(double) * cells, 0);
         if (by_types) {
             int r = 0;
             for (int i = 0; i < NDIRS; ++i)
                 for (int q = 0; q < nq; ++q)
-                    MPI_Irecv(field[q], 1, recv_type[i], recv_from[i], i * nq + q, cart, &reqs[r++]);
+                    MPI_Irecv(mpi_field[q], 1, recv_type[i], recv_from[i], i * nq + q, cart, &reqs[r++]);
             for (int i = 0; i < NDIRS; ++i)
-                for (int q = 0; q < nq; ++q) MPI_Isend(field[q], 1, send_type[i], send_to[i], i * nq + q, cart, &reqs[r++]);
+                for (int q = 0; q < nq; ++q)
+                    MPI_Isend(mpi_field[q], 1, send_type[i], send_to[i], i * nq + q, cart, &reqs[r++]);
             MPI_Waitall(r, reqs, stats);
         }
         if (by_neighbor)
-            MPI_Neighbor_alltoallw(field[0], wcounts, wsdispls, wsend, field[0] + 1, wcounts, wrdispls, wrecv, graph);
+            MPI_Neighbor_alltoallw(mpi_field[0], wcounts, wsdispls, wsend, mpi_field[0] + 1, wcounts, wrdispls, wrecv,
+                                   graph);
         for (int i = 0; i < NDIRS && !by_types && !by_neighbor; ++i) {
             int pos = 0;
-            for (int q = 0; q < nq; ++q) MPI_Pack(field[q], 1, send_type[i], sendbuf, buf_bytes, &pos, cart);
+            for (int q = 0; q < nq; ++q) MPI_Pack(mpi_field[q], 1, send_type[i], sendbuf, buf_bytes, &pos, cart);
             MPI_Status st;
             MPI_Sendrecv(sendbuf, pos, MPI_PACKED, send_to[i], i, recvbuf, buf_bytes, MPI_PACKED, recv_from[i], i, cart, &st);
             int got = 0;
             MPI_Get_count(&st, MPI_PACKED, &got);
             if (got != pos) die("received a halo message of the wrong size");
             pos = 0;
-            for (int q = 0; q < nq; ++q) MPI_Unpack(recvbuf, got, &pos, field[q], 1, recv_type[i], cart);
+            for (int q = 0; q < nq; ++q) MPI_Unpack(recvbuf, got, &pos, mpi_field[q], 1, recv_type[i], cart);
         }
+        if (mem == staged_by_hand)
+            for (int q = 0; q < nq; ++q) move_field(field[q], host[q], sizeof(double) * cells, 1);
         exchange_s += MPI_Wtime() - t0;
+        if (mem != on_host)
+            for (int q = 0; q < nq; ++q) move_field(field[q], host[q], sizeof(double) * cells, 0);
 
         /* Every halo cell must hold what its owner (periodically wrapped) wrote this step. */
         for (int q = 0; q < nq; ++q)
@@ -213,7 +294,7 @@ int main(int argc, char** argv) {
                         const int interior = z >= RADIUS && z < n + RADIUS && y >= RADIUS && y < n + RADIUS &&
                                              x >= RADIUS && x < n + RADIUS;
                         if (interior) continue;
-                        const double v = field[q][((size_t)z * full + y) * full + x];
+                        const double v = host[q][((size_t)z * full + y) * full + x];
                         const double want = owner_value(wrap(origin[2] + x - RADIUS, gn[2]), wrap(origin[1] + y - RADIUS, gn[1]),
                                                         wrap(origin[0] + z - RADIUS, gn[0]), q, step);
                         if (v != want) {
@@ -239,10 +320,13 @@ int main(int argc, char** argv) {
         printf("halo_pack: %d ranks (%dx%dx%d periodic), %d^3 cells per rank, radius %d, %d quantities, "
                "%d neighbours, %d steps\n",
                size, dims[0], dims[1], dims[2], n, RADIUS, nq, NDIRS, steps);
-        printf("time per step: %.3f ms (halo exchange: %s; slowest rank)\n", 1e3 * slowest / steps,
+        printf("time per step: %.3f ms (halo exchange: %s; %s; slowest rank)\n", 1e3 * slowest / steps,
                by_types      ? "isend/irecv of subarray types, waitall"
                : by_neighbor ? "one neighbor_alltoallw of subarray types on a dist graph"
-                             : "pack, sendrecv, unpack");
+                             : "pack, sendrecv, unpack",
+               mem == on_host     ? "host memory"
+               : mem == on_device ? "device memory handed to MPI"
+                                  : "device memory staged through host copies by hand");
         printf("checksum: %.17g\n", total);
         printf("%s: %ld wrong halo cells\n", wrong_all == 0 ? "OK" : "FAILED", wrong_all);
         free(sums);
@@ -258,8 +342,14 @@ int main(int argc, char** argv) {
         }
         MPI_Comm_free(&graph);
     }
-    for (int q = 0; q < nq; ++q) free(field[q]);
+    for (int q = 0; q < nq; ++q) {
+#ifdef HALO_CUDA
+        if (field[q] != host[q]) cudaFree(field[q]);
+#endif
+        free(host[q]);
+    }
     free(field);
+    free(host);
     free(sendbuf);
     free(recvbuf);
     free(reqs);
