@@ -23,7 +23,11 @@ Open MPI (mpirun.openmpi).
   the cluster (hostfile with --ranks-per-node slots per node, the rsh agent bench/cluster/
   rsh-agent that starts orted inside each node's namespaces, TCP between nodes and shared
   memory within: --mca pml ob1 --mca btl tcp,vader,self --mca btl_tcp_if_include eth0
-  --mca oob_tcp_if_include eth0 --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_links N). Example:
+  --mca oob_tcp_if_include eth0 --mca plm_rsh_no_tree_spawn 1 --mca btl_tcp_links N). The
+  nodes share this machine's cores, so ranks yield the CPU while they wait (--mca
+  mpi_yield_when_idle 1, or OMPI_MCA_mpi_yield_when_idle's value, unless the command names that
+  parameter itself): busy-polling
+  ranks on shared cores make messages wait for scheduler ticks of about 4 ms. Example:
       cluster.sh --nodes 2 -- mpirun -n 4 ./test_collectives
       cluster.sh -- mpirun -n 2 --map-by node ./cluster_link_check --expect-gbit 1
   Environment for COMMAND: CLUSTER_NODES, CLUSTER_RANKS_PER_NODE,
@@ -180,7 +184,12 @@ fi
 mkdir -p "$workdir/bin"
 cat > "$workdir/bin/mpirun" <<EOF
 #!/bin/sh
-# mpirun of the emulated cluster: Open MPI across the node namespaces.
+# mpirun of the emulated cluster: Open MPI across the node namespaces; ranks that share cores yield
+# (unless the command line names mpi_yield_when_idle itself).
+case " \$* " in
+    *mpi_yield_when_idle*) set -- "\$@" ;;
+    *) set -- --mca mpi_yield_when_idle "\${OMPI_MCA_mpi_yield_when_idle:-1}" "\$@" ;;
+esac
 exec mpirun.openmpi --hostfile "$workdir/hostfile" \\
     --mca plm_rsh_agent "$here/rsh-agent" --mca plm_rsh_no_tree_spawn 1 \\
     --mca oob_tcp_if_include eth0 --mca pml ob1 --mca btl tcp,vader,self --mca btl_tcp_if_include eth0 \\
