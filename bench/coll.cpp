@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
         "(allgather), the message (bcast). algbw = size / time; busbw = algbw * 2(p-1)/p (allreduce),\n"
         "(p-1)/p (reduce_scatter, allgather, alltoall), 1 (bcast, reduce). lib, shunt and hier are the\n"
         "library, shunt's planner (through the shims) and shunt's hierarchical schedule forced;\n"
-        "shunt/lib and hier/lib are library time / their time (above 1: faster than the library). The\n"
+        "shunt/lib and hier/lib are library time / their time (above 1: faster than the library);\n"
+        "lib/lib is the library against a second run of itself, interleaved the same way: a control\n"
+        "whose spread is how far this machine moves two identical runs apart. The\n"
         "planner measures both methods on its first calls of each size class (its warm-up here). The\n"
         "topology is SHUNT_TOPOLOGY's, else discovered (nodes by shared memory).");
     options o = line.parse(argc, argv);
@@ -108,7 +110,8 @@ int main(int argc, char** argv) {
                    {"shunt busbw", 11, "shunt_busbw_gbs"},
                    {"hier busbw", 10, "hier_busbw_gbs"},
                    {"shunt/lib", 9, "shunt_over_library"},
-                   {"hier/lib", 8, "hier_over_library"}},
+                   {"hier/lib", 8, "hier_over_library"},
+                   {"lib/lib", 7, "library_over_library_again"}},
                   o);
         if (rank == 0) {
             char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
@@ -121,6 +124,7 @@ int main(int argc, char** argv) {
             if (!d.empty() && d.back() == '\n') d.pop_back();
             out->note(d);
             out->note("best of up to " + std::to_string(o.trials) + " interleaved trials of about 2 ms or more (the slowest rank's time), GB/s = 1e9 B/s");
+            out->note("lib/lib: the library against itself, run as a fourth variant: ratios within its spread are noise");
         }
         shunt::mpi_transport t(topo.comm());
         std::int64_t mismatches = 0;
@@ -134,66 +138,70 @@ int main(int argc, char** argv) {
                 const std::int64_t n = bytes / 8, per = n / p;
                 const bool gather = std::string(op.name) == "allgather";
                 std::vector<double> in(static_cast<std::size_t>(gather ? per : n)), lib(static_cast<std::size_t>(n)),
-                    mine(static_cast<std::size_t>(n)), hier(static_cast<std::size_t>(n));
+                    mine(static_cast<std::size_t>(n)), hier(static_cast<std::size_t>(n)), again(static_cast<std::size_t>(n));
                 for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>((i * 7 + static_cast<std::size_t>(rank) * 3) % 11);
-                std::function<void(int)> call;  // 0 library, 1 shunt's shims, 2 hierarchical forced
+                // 0 library, 1 shunt's shims, 2 hierarchical forced, 3 the library again (a control:
+                // how far two identical variants' bests differ on this machine).
+                std::function<void(int)> call;
                 const std::string name = op.name;
                 if (name == "allreduce")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
-                        if (v == 0) PMPI_Allreduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        if (v == 0 || v == 3) PMPI_Allreduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Allreduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else shunt::allreduce(topo, in.data(), o2, n, MPI_DOUBLE, MPI_SUM);
                     };
                 else if (name == "reduce_scatter")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
-                        if (v == 0) PMPI_Reduce_scatter_block(in.data(), o2, static_cast<int>(per), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        if (v == 0 || v == 3) PMPI_Reduce_scatter_block(in.data(), o2, static_cast<int>(per), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Reduce_scatter_block(in.data(), o2, static_cast<int>(per), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else shunt::reduce_scatter_block(topo, in.data(), o2, per, MPI_DOUBLE, MPI_SUM);
                     };
                 else if (name == "allgather")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
-                        if (v == 0) PMPI_Allgather(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        if (v == 0 || v == 3) PMPI_Allgather(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Allgather(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else shunt::allgather(topo, in.data(), o2, per, MPI_DOUBLE);
                     };
                 else if (name == "alltoall")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
-                        if (v == 0) PMPI_Alltoall(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        if (v == 0 || v == 3) PMPI_Alltoall(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Alltoall(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else shunt::alltoall(topo, in.data(), o2, per, MPI_DOUBLE);
                     };
                 else if (name == "bcast")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
                         if (rank == 0) std::memcpy(o2, in.data(), static_cast<std::size_t>(bytes));
-                        if (v == 0) PMPI_Bcast(o2, static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+                        if (v == 0 || v == 3) PMPI_Bcast(o2, static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Bcast(o2, static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
                         else shunt::bcast(topo, o2, n, MPI_DOUBLE, 0);
                     };
                 else
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : hier.data();
-                        if (v == 0) PMPI_Reduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        if (v == 0 || v == 3) PMPI_Reduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Reduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
                         else shunt::reduce(topo, in.data(), o2, n, MPI_DOUBLE, MPI_SUM, 0);
                     };
-                std::vector<std::function<void()>> variants = {[&] { call(0); }, [&] { call(1); }, [&] { call(2); }};
+                std::vector<std::function<void()>> variants = {[&] { call(0); }, [&] { call(1); }, [&] { call(2); },
+                                                               [&] { call(3); }};
                 // Warm-up: 7 calls let the planner measure both methods (3 each) and decide.
                 const auto best = measure_collective(variants, o, 7);
                 const bool rooted = name == "reduce";
                 if ((!rooted || rank == 0) && (std::memcmp(lib.data(), mine.data(), static_cast<std::size_t>(bytes)) != 0 ||
-                                               std::memcmp(lib.data(), hier.data(), static_cast<std::size_t>(bytes)) != 0))
+                                               std::memcmp(lib.data(), hier.data(), static_cast<std::size_t>(bytes)) != 0 ||
+                                               std::memcmp(lib.data(), again.data(), static_cast<std::size_t>(bytes)) != 0))
                     ++mismatches;
                 const double f = bus_factor(op, p);
                 auto bw = [&](double s) { return static_cast<double>(bytes) / s / 1e9; };
                 if (rank == 0)
                     out->row({text_cell(name), bytes_cell(bytes), number_cell(bw(best[0]), 3), number_cell(bw(best[0]) * f, 3),
                          number_cell(bw(best[1]) * f, 3), number_cell(bw(best[2]) * f, 3), number_cell(best[0] / best[1], 2),
-                         number_cell(best[0] / best[2], 2)});
+                         number_cell(best[0] / best[2], 2), number_cell(best[0] / best[3], 2)});
             }
         }
         std::int64_t all_mismatches = 0;
