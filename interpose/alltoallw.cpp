@@ -253,8 +253,8 @@ void pack_side(runtime::w_side& s, MPI_Comm comm) {
     }
 }
 
-/// Unpacks every staged block of a receive side in one pass (device: one stream, one
-/// synchronisation).
+/// Unpacks every staged block of a receive side in one pass (device: one fused kernel launch,
+/// one synchronisation).
 void unpack_side(runtime::w_side& s, MPI_Comm comm) {
     using way = runtime::device_way;
     const auto* stage = static_cast<const std::byte*>(s.staging.ptr);
@@ -268,8 +268,10 @@ void unpack_side(runtime::w_side& s, MPI_Comm comm) {
             gpu::copy(s.scratch.ptr, stage, static_cast<std::size_t>(bytes), nullptr);
             in = static_cast<const std::byte*>(s.scratch.ptr);
         }
+        std::vector<gpu::device_output> items;
         for (const auto& b : s.blocks)
-            if (b.bytes > 0 && !b.direct) gpu::unpack(*b.form, in + b.offset, b.at, nullptr);
+            if (b.bytes > 0 && !b.direct) items.push_back({b.form.get(), in + b.offset, b.at});
+        gpu::unpack_fused(items, nullptr);
         gpu::synchronize(nullptr);
         return;
     }

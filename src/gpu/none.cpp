@@ -43,6 +43,7 @@ device_form& device_form::operator=(device_form&& o) noexcept {
 std::int64_t pack(const device_form&, const void*, void*, stream_t, std::int64_t, std::int64_t) { no_device(); }
 std::int64_t unpack(const device_form&, const void*, void*, stream_t, std::int64_t, std::int64_t) { no_device(); }
 void pack_fused(std::span<const device_input>, stream_t) { no_device(); }
+void unpack_fused(std::span<const device_output>, stream_t) { no_device(); }
 void copy(void*, const void*, std::size_t, stream_t) { no_device(); }
 void synchronize(stream_t) { no_device(); }
 

@@ -180,20 +180,14 @@ void synchronize(stream_t stream) {
     SHUNT_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
-void pack_fused(std::span<const device_input> in, stream_t stream) {
-    require_device();
-    std::vector<fused_item> items;
-    items.reserve(in.size());
-    for (const auto& x : in) {
-        fused_item it;
-        it.desc = x.form->desc();
-        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
-        it.packed = static_cast<std::byte*>(x.out);
-        items.push_back(it);
-    }
+namespace {
+
+/// One fused launch over `items` on `stream`: their table in the kernel's parameters when small,
+/// else in one stream-ordered allocation freed after the kernel.
+void launch_fused(std::vector<fused_item>& items, stream_t stream) {
     const std::int64_t blocks = plan_fused(items, block_threads, max_blocks);
     if (items.empty()) return;
-    if (blocks > std::numeric_limits<int>::max()) throw unsupported("fused pack of too many items for one launch");
+    if (blocks > std::numeric_limits<int>::max()) throw unsupported("fused launch of too many items");
     const auto s = static_cast<cudaStream_t>(stream);
     const auto nitems = static_cast<std::int64_t>(items.size());
     if (items.size() <= inline_items) {
@@ -225,6 +219,37 @@ void pack_fused(std::span<const device_input> in, stream_t stream) {
     const cudaError_t launched = cudaGetLastError();
     (void)cudaFreeAsync(dev, s);
     if (launched != cudaSuccess) detail::throw_cuda(launched, "fused_kernel launch", __FILE__, __LINE__);
+}
+
+}  // namespace
+
+void pack_fused(std::span<const device_input> in, stream_t stream) {
+    require_device();
+    std::vector<fused_item> items;
+    items.reserve(in.size());
+    for (const auto& x : in) {
+        fused_item it;
+        it.desc = x.form->desc();
+        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
+        it.packed = static_cast<std::byte*>(x.out);
+        items.push_back(it);
+    }
+    launch_fused(items, stream);
+}
+
+void unpack_fused(std::span<const device_output> out, stream_t stream) {
+    require_device();
+    std::vector<fused_item> items;
+    items.reserve(out.size());
+    for (const auto& x : out) {
+        fused_item it;
+        it.desc = x.form->desc();
+        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
+        it.packed = const_cast<std::byte*>(static_cast<const std::byte*>(x.in));
+        it.pack = false;
+        items.push_back(it);
+    }
+    launch_fused(items, stream);
 }
 
 }  // namespace shunt::gpu

@@ -1,4 +1,4 @@
-// tests/gpu/gpu_pack.cpp: the CUDA pack, unpack and fused-pack kernels on device memory against the
+// tests/gpu/gpu_pack.cpp: the CUDA pack, unpack, fused-pack and fused-unpack kernels on device memory against the
 // host packer, byte for byte, over the random datatype pool. Exits 77 (skipped) without a device.
 //
 // usage: gpu_pack [N] [--seed S] [--only I]   (N random types, default 10000)
@@ -57,7 +57,7 @@ struct arena {
 
 struct stats {
     std::int64_t types = 0, unsupported = 0, bottom = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0;
-    std::int64_t failed_types = 0;
+    std::int64_t fused_unpacks = 0, failed_types = 0;
 };
 
 class type_check {
@@ -197,6 +197,21 @@ private:
             if (n != n_want || got != host.snapshot())
                 fail("device unpack [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" + at);
         }
+        // Fused unpack (the launch several items share is the fused pack's, tested above; the
+        // emulation in tests/mpi/test_gpu_index.cpp checks several items against the host).
+        if (total > 0) {
+            ++st_.fused_unpacks;
+            const std::uint64_t before = r_.next();
+            host.fill(before);
+            need(cudaMemcpy(dev_mem, host.data(), static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice), "cudaMemcpy");
+            shunt::unpack_host(info_.form, extent, count, ref.data(), host.origin());
+            const shunt::gpu::device_output items[1] = {{&df, out, const_cast<void*>(origin)}};
+            shunt::gpu::unpack_fused(items, s_);
+            sync();
+            std::vector<std::byte> got(static_cast<std::size_t>(bytes));
+            need(cudaMemcpy(got.data(), dev_mem, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+            if (got != host.snapshot()) fail("fused unpack differs from unpack_host" + at);
+        }
     }
 
     const shunt_test::random_type& t_;
@@ -264,11 +279,11 @@ int main(int argc, char** argv) {
     }
     cudaStreamDestroy(s);
     std::printf("gpu_pack on %s, seed %llu: %lld types (%lld MPI_BOTTOM, %lld left to the library), %lld cases "
-                "(%lld skipped), %lld windows, %lld fused launches, %lld unpacks: %lld failed\n",
+                "(%lld skipped), %lld windows, %lld fused launches, %lld unpacks, %lld fused unpacks: %lld failed\n",
                 prop.name, static_cast<unsigned long long>(seed), static_cast<long long>(st.types),
                 static_cast<long long>(st.bottom), static_cast<long long>(st.unsupported),
                 static_cast<long long>(st.cases), static_cast<long long>(st.skipped), static_cast<long long>(st.windows),
-                static_cast<long long>(st.fused), static_cast<long long>(st.unpacks),
+                static_cast<long long>(st.fused), static_cast<long long>(st.unpacks), static_cast<long long>(st.fused_unpacks),
                 static_cast<long long>(st.failed_types));
     MPI_Finalize();
     return st.failed_types == 0 ? 0 : 1;

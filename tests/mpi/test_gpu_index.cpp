@@ -6,7 +6,8 @@
 //   for counts 1 and 2..4: the typed offset of every packed byte against the flattened layout,
 //   pack_emulated against pack_host (whole, random windows, chunks) with the widest word and with
 //   every narrower one, unpack_emulated against unpack_host (whole buffer compared, untouched
-//   bytes included), and a fused emulated launch of several items against separate host packs.
+//   bytes included), and fused emulated launches of several items against separate host packs and
+//   unpacks.
 #include "probe.hpp"
 #include "random_types.hpp"
 
@@ -33,7 +34,7 @@ constexpr std::int64_t max_span = 16 << 20;
 constexpr unsigned char sentinel = 0x5a;
 
 struct stats {
-    std::int64_t types = 0, unsupported = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0;
+    std::int64_t types = 0, unsupported = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0, fused_unpacks = 0;
     std::int64_t multi_block = 0, multi_dim = 0, words[17] = {};
     std::int64_t failed_types = 0;
 };
@@ -188,6 +189,23 @@ private:
             if (got != want || buf.snapshot() != host_window)
                 fail("unpack_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" + at);
         }
+
+        // Fused unpack: the whole stream into this buffer and the stream's first element into a
+        // second typed buffer, in one emulated launch, each against unpack_host.
+        if (total > 0 && !t_.bottom) {
+            ++st_.fused_unpacks;
+            const shunt::gpu::flat_form one(info_.form, extent, 1);
+            typed_buffer second(lo, hi);
+            second.fill(before);
+            shunt::unpack_host(info_.form, extent, 1, ref.data(), second.origin());
+            const auto expect_one = second.snapshot();
+            buf.fill(before);
+            second.fill(before);
+            const shunt::gpu::fused_output items[2] = {{&f, ref.data(), buf.origin()}, {&one, ref.data(), second.origin()}};
+            shunt::gpu::unpack_fused_emulated(items, r_.range(1, 64), r_.range(1, 5));
+            if (buf.snapshot() != expect || second.snapshot() != expect_one)
+                fail("unpack_fused_emulated differs from unpack_host" + at);
+        }
     }
 
     static bool untouched(const unsigned char* p, std::int64_t n) {
@@ -241,7 +259,7 @@ int main(int argc, char** argv) {
     }
     std::printf("gpu_index seed %llu: %lld types (%lld left to the library), %lld cases (%lld skipped for memory; "
                 "%lld with several blocks, %lld with several dims), widest words 1/2/4/8/16 B: %lld/%lld/%lld/%lld/%lld, "
-                "%lld pack windows, %lld fused launches, %lld unpacks: %lld failed\n",
+                "%lld pack windows, %lld fused launches, %lld unpacks, %lld fused unpack launches: %lld failed\n",
                 static_cast<unsigned long long>(seed), static_cast<long long>(st.types),
                 static_cast<long long>(st.unsupported), static_cast<long long>(st.cases),
                 static_cast<long long>(st.skipped), static_cast<long long>(st.multi_block),
@@ -249,7 +267,7 @@ int main(int argc, char** argv) {
                 static_cast<long long>(st.words[2]), static_cast<long long>(st.words[4]),
                 static_cast<long long>(st.words[8]), static_cast<long long>(st.words[16]),
                 static_cast<long long>(st.windows), static_cast<long long>(st.fused), static_cast<long long>(st.unpacks),
-                static_cast<long long>(st.failed_types));
+                static_cast<long long>(st.fused_unpacks), static_cast<long long>(st.failed_types));
     MPI_Finalize();
     return st.failed_types == 0 ? 0 : 1;
 }

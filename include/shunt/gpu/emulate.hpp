@@ -80,18 +80,18 @@ struct fused_input {
     void* out = nullptr;
 };
 
-/// What shunt::gpu::pack_fused does, on host memory: every input packed whole into its output in
-/// one emulated launch (blocks find their item by binary search, as on the device).
-inline void pack_fused_emulated(std::span<const fused_input> in, std::int64_t block_threads = 32,
-                                std::int64_t max_blocks_per_item = 4) {
-    std::vector<fused_item> items;
-    for (const auto& x : in) {
-        fused_item it;
-        it.desc = x.form->desc();
-        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
-        it.packed = static_cast<std::byte*>(x.out);
-        items.push_back(it);
-    }
+/// One item of a fused unpack: `f`'s whole stream from `in` into `typed`.
+struct fused_output {
+    const flat_form* form = nullptr;
+    const void* in = nullptr;
+    void* typed = nullptr;
+};
+
+namespace detail {
+
+/// One emulated fused launch over `items` (blocks find their item by binary search, as on the
+/// device).
+inline void fused_emulated(std::vector<fused_item>& items, std::int64_t block_threads, std::int64_t max_blocks_per_item) {
     const std::int64_t blocks = plan_fused(items, block_threads, max_blocks_per_item);
     std::vector<std::int64_t> begin(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) begin[i] = items[i].block_begin;
@@ -110,6 +110,39 @@ inline void pack_fused_emulated(std::span<const fused_input> in, std::int64_t bl
             }
         }
     }
+}
+
+}  // namespace detail
+
+/// What shunt::gpu::pack_fused does, on host memory: every input packed whole into its output in
+/// one emulated launch.
+inline void pack_fused_emulated(std::span<const fused_input> in, std::int64_t block_threads = 32,
+                                std::int64_t max_blocks_per_item = 4) {
+    std::vector<fused_item> items;
+    for (const auto& x : in) {
+        fused_item it;
+        it.desc = x.form->desc();
+        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
+        it.packed = static_cast<std::byte*>(x.out);
+        items.push_back(it);
+    }
+    detail::fused_emulated(items, block_threads, max_blocks_per_item);
+}
+
+/// What shunt::gpu::unpack_fused does, on host memory: every item unpacked whole into its typed
+/// buffer in one emulated launch.
+inline void unpack_fused_emulated(std::span<const fused_output> out, std::int64_t block_threads = 32,
+                                  std::int64_t max_blocks_per_item = 4) {
+    std::vector<fused_item> items;
+    for (const auto& x : out) {
+        fused_item it;
+        it.desc = x.form->desc();
+        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
+        it.packed = const_cast<std::byte*>(static_cast<const std::byte*>(x.in));
+        it.pack = false;
+        items.push_back(it);
+    }
+    detail::fused_emulated(items, block_threads, max_blocks_per_item);
 }
 
 }  // namespace shunt::gpu

@@ -149,16 +149,17 @@ SHUNT_HD inline void move_word(const pack_desc& d, std::uintptr_t typed, std::by
         copy_word<Word>(t, packed + at);
 }
 
-/// One (typed buffer, descriptor, window) item of a fused launch, with its word size and the
-/// first launch block that works on it. Launch blocks [block_begin, next item's block_begin)
-/// stride over the item's words.
+/// One (typed buffer, descriptor, window) item of a fused launch, with its direction, its word
+/// size and the first launch block that works on it. Launch blocks [block_begin, next item's
+/// block_begin) stride over the item's words.
 struct fused_item {
     pack_desc desc;
     std::uintptr_t typed = 0;
-    std::byte* packed = nullptr;  ///< where stream byte win.first goes
+    std::byte* packed = nullptr;  ///< where stream byte win.first goes (unpack: comes from)
     window win;
     std::int64_t word = 1;
     std::int64_t block_begin = 0;
+    bool pack = true;  ///< typed -> packed; false: packed -> typed
 };
 
 /// The item a launch block works on: the last with block_begin <= block (binary search over
@@ -167,19 +168,29 @@ SHUNT_HD inline std::int64_t fused_item_of(const std::int64_t* block_begin, std:
     return last_at_most(block_begin, nitems, block);
 }
 
-/// The body of one fused-kernel thread: thread `thread` of the item's launch block `local_block`
-/// (of `item_blocks` blocks of `block_threads` threads) packs words of the item, grid-stride.
-template <class Word>
-SHUNT_HD inline void fused_thread(const fused_item& it, std::int64_t local_block, std::int64_t item_blocks,
-                                  std::int64_t block_threads, std::int64_t thread) {
+/// The words of one fused item that thread `thread` of its launch block `local_block` (of
+/// `item_blocks` blocks of `block_threads` threads) moves, grid-stride, in direction Pack.
+template <class Word, bool Pack>
+SHUNT_HD inline void fused_words(const fused_item& it, std::int64_t local_block, std::int64_t item_blocks,
+                                 std::int64_t block_threads, std::int64_t thread) {
     const std::int64_t words = it.win.bytes / static_cast<std::int64_t>(sizeof(Word));
     if (it.desc.nblocks == 1) {
         for (std::int64_t j = local_block * block_threads + thread; j < words; j += item_blocks * block_threads)
-            move_word<Word, true, false>(it.desc, it.typed, it.packed, it.win, j);
+            move_word<Word, Pack, false>(it.desc, it.typed, it.packed, it.win, j);
     } else {
         for (std::int64_t j = local_block * block_threads + thread; j < words; j += item_blocks * block_threads)
-            move_word<Word, true, true>(it.desc, it.typed, it.packed, it.win, j);
+            move_word<Word, Pack, true>(it.desc, it.typed, it.packed, it.win, j);
     }
+}
+
+/// The body of one fused-kernel thread: packs or unpacks (the item's direction) its words.
+template <class Word>
+SHUNT_HD inline void fused_thread(const fused_item& it, std::int64_t local_block, std::int64_t item_blocks,
+                                  std::int64_t block_threads, std::int64_t thread) {
+    if (it.pack)
+        fused_words<Word, true>(it, local_block, item_blocks, block_threads, thread);
+    else
+        fused_words<Word, false>(it, local_block, item_blocks, block_threads, thread);
 }
 
 }  // namespace shunt::gpu

@@ -98,4 +98,15 @@ struct device_input {
 /// freed in stream order. Same errors as pack.
 void pack_fused(std::span<const device_input> items, stream_t stream);
 
+/// One item of a fused unpack: the whole stream of `form` from `in` into `typed`.
+struct device_output {
+    const device_form* form = nullptr;
+    const void* in = nullptr;
+    void* typed = nullptr;
+};
+
+/// Unpacks every item in one kernel launch on `stream` (inputs may be parts of one buffer; the
+/// typed outputs must not overlap, nor repeat a byte within one item). Same errors as unpack.
+void unpack_fused(std::span<const device_output> items, stream_t stream);
+
 }  // namespace shunt::gpu
