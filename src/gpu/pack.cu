@@ -227,13 +227,7 @@ void pack_fused(std::span<const device_input> in, stream_t stream) {
     require_device();
     std::vector<fused_item> items;
     items.reserve(in.size());
-    for (const auto& x : in) {
-        fused_item it;
-        it.desc = x.form->desc();
-        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
-        it.packed = static_cast<std::byte*>(x.out);
-        items.push_back(it);
-    }
+    for (const auto& x : in) items.push_back(whole_item(x.form->desc(), x.typed, x.out, true));
     launch_fused(items, stream);
 }
 
@@ -241,14 +235,7 @@ void unpack_fused(std::span<const device_output> out, stream_t stream) {
     require_device();
     std::vector<fused_item> items;
     items.reserve(out.size());
-    for (const auto& x : out) {
-        fused_item it;
-        it.desc = x.form->desc();
-        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
-        it.packed = const_cast<std::byte*>(static_cast<const std::byte*>(x.in));
-        it.pack = false;
-        items.push_back(it);
-    }
+    for (const auto& x : out) items.push_back(whole_item(x.form->desc(), x.typed, x.in, false));
     launch_fused(items, stream);
 }
 

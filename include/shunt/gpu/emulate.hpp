@@ -119,13 +119,7 @@ inline void fused_emulated(std::vector<fused_item>& items, std::int64_t block_th
 inline void pack_fused_emulated(std::span<const fused_input> in, std::int64_t block_threads = 32,
                                 std::int64_t max_blocks_per_item = 4) {
     std::vector<fused_item> items;
-    for (const auto& x : in) {
-        fused_item it;
-        it.desc = x.form->desc();
-        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
-        it.packed = static_cast<std::byte*>(x.out);
-        items.push_back(it);
-    }
+    for (const auto& x : in) items.push_back(whole_item(x.form->desc(), x.typed, x.out, true));
     detail::fused_emulated(items, block_threads, max_blocks_per_item);
 }
 
@@ -134,14 +128,7 @@ inline void pack_fused_emulated(std::span<const fused_input> in, std::int64_t bl
 inline void unpack_fused_emulated(std::span<const fused_output> out, std::int64_t block_threads = 32,
                                   std::int64_t max_blocks_per_item = 4) {
     std::vector<fused_item> items;
-    for (const auto& x : out) {
-        fused_item it;
-        it.desc = x.form->desc();
-        it.typed = reinterpret_cast<std::uintptr_t>(x.typed);
-        it.packed = const_cast<std::byte*>(static_cast<const std::byte*>(x.in));
-        it.pack = false;
-        items.push_back(it);
-    }
+    for (const auto& x : out) items.push_back(whole_item(x.form->desc(), x.typed, x.in, false));
     detail::fused_emulated(items, block_threads, max_blocks_per_item);
 }
 

@@ -162,6 +162,17 @@ struct fused_item {
     bool pack = true;  ///< typed -> packed; false: packed -> typed
 };
 
+/// An item that moves the whole stream of `d` between `typed` and `packed`: packs (typed ->
+/// packed) when `pack`, else unpacks. plan_fused fills in the window, word and first block.
+inline fused_item whole_item(const pack_desc& d, const void* typed, const void* packed, bool pack) {
+    fused_item it;
+    it.desc = d;
+    it.typed = reinterpret_cast<std::uintptr_t>(typed);
+    it.packed = const_cast<std::byte*>(static_cast<const std::byte*>(packed));
+    it.pack = pack;
+    return it;
+}
+
 /// The item a launch block works on: the last with block_begin <= block (binary search over
 /// `block_begin`, a sorted copy of the items' block_begin fields).
 SHUNT_HD inline std::int64_t fused_item_of(const std::int64_t* block_begin, std::int64_t nitems, std::int64_t block) {
