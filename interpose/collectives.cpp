@@ -15,6 +15,7 @@
 #include <shunt/errors.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/measure.hpp>
+#include <shunt/pack/host.hpp>
 #include <shunt/topology/topology.hpp>
 
 #include <atomic>
@@ -72,9 +73,12 @@ struct type_facts {
     std::int64_t size = 0;    ///< bytes per element
     std::int64_t extent = 0;  ///< bytes between elements
     bool dense = false;       ///< data fills the extent from the buffer start: moves as plain bytes
+    const type_info* info = nullptr;  ///< not dense: shunt's decoded form (nullptr: the library packs)
 };
 
-type_facts facts_of(MPI_Datatype t) {
+/// The facts of `t`, and for a type with gaps its decoded form from `memo` (the answer stays
+/// valid through one blocking call: the application cannot free a type it is passing).
+type_facts facts_of(MPI_Datatype t, type_memo& memo) {
     type_facts f;
     if (t == MPI_DATATYPE_NULL) return f;
     MPI_Count size = 0, lb = 0, extent = 0;
@@ -84,15 +88,17 @@ type_facts facts_of(MPI_Datatype t) {
     f.size = size;
     f.extent = extent;
     f.dense = dense_size(t) > 0;
+    if (!f.dense) f.info = memo.find(t);
     return f;
 }
 
 /// `count` elements of `type` at `buf` as a contiguous byte image: the buffer itself for a
-/// dense type, else a packed copy (PMPI_Pack), written back by unpack() where it receives.
+/// dense type, else a packed copy (shunt's host packer on the decoded form; PMPI_Pack for a type
+/// shunt does not know), written back by unpack() where it receives.
 class byte_image {
 public:
     byte_image(void* buf, std::int64_t count, MPI_Datatype type, const type_facts& f)
-        : buf_(buf), count_(count), type_(type), bytes_(count * f.size) {
+        : buf_(buf), count_(count), type_(type), info_(f.info), bytes_(count * f.size) {
         if (f.dense || bytes_ == 0) {
             data_ = static_cast<std::byte*>(buf);
         } else {
@@ -114,7 +120,14 @@ public:
 
 private:
     void move(bool pack) {
-        // In pieces of at most INT_MAX elements and bytes.
+        if (info_ != nullptr) {  // shunt's host packer, 64-bit throughout
+            const std::int64_t moved = pack ? pack_host(info_->form, info_->extent, count_, buf_, data_)
+                                            : unpack_host(info_->form, info_->extent, count_, data_, buf_);
+            if (moved != bytes_) throw error("the host packer moved " + std::to_string(moved) + " of " +
+                                             std::to_string(bytes_) + " bytes");
+            return;
+        }
+        // The library's, in pieces of at most INT_MAX elements and bytes.
         MPI_Count size = 0;
         SHUNT_CHECK_MPI(PMPI_Type_size_x(type_, &size));
         MPI_Aint lb = 0, extent = 0;
@@ -139,6 +152,7 @@ private:
     void* buf_;
     std::int64_t count_;
     MPI_Datatype type_;
+    const type_info* info_;
     std::int64_t bytes_;
     std::byte* data_ = nullptr;
     host_buffer staging_{0};
@@ -448,8 +462,8 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
         PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype);
-    const type_facts st = in_place ? rt : facts_of(sendtype);
+    const type_facts rt = facts_of(recvtype, memo_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
     if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
@@ -491,8 +505,8 @@ int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
         PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype);
-    const type_facts st = in_place ? rt : facts_of(sendtype);
+    const type_facts rt = facts_of(recvtype, memo_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
     if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
     std::vector<std::int64_t> parts(static_cast<std::size_t>(size));
     std::int64_t total = 0;
@@ -561,7 +575,7 @@ int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Com
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || root < 0 ||
         root >= size)
         return pass(pass_reason::bad_argument);
-    const type_facts f = facts_of(type);
+    const type_facts f = facts_of(type, memo_);
     if (!f.ok || f.size == 0) return pass(pass_reason::bad_argument);
     return collective(shim::bcast, coll_op::bcast, comm, count * f.size, library,
                       [&](const topology& topo, const collective_options& opt) {
@@ -591,8 +605,8 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS ||
         inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype);
-    const type_facts st = in_place ? rt : facts_of(sendtype);
+    const type_facts rt = facts_of(recvtype, memo_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
     if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
@@ -616,8 +630,8 @@ namespace {
 
 /// The blocks of an alltoallv side as byte ranges: the buffer itself for a dense type (unless
 /// `copy`: the data must be copied out first, as for MPI_IN_PLACE), else a staging copy, which a
-/// send side fills at construction (PMPI_Pack per block) and a receive side writes back in
-/// scatter() (PMPI_Unpack per block).
+/// send side fills at construction (one byte_image per block) and a receive side writes back in
+/// scatter().
 class block_images {
 public:
     block_images(void* buf, const int counts[], const int displs[], MPI_Datatype type, const type_facts& f, int p,
@@ -699,8 +713,8 @@ int runtime::alltoallv(const void* sendbuf, const int sendcounts[], const int sd
     if (recvcounts == nullptr || rdispls == nullptr || (!in_place && (sendcounts == nullptr || sdispls == nullptr)) ||
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype);
-    const type_facts st = in_place ? rt : facts_of(sendtype);
+    const type_facts rt = facts_of(recvtype, memo_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
     if (!rt.ok || !st.ok) return pass(pass_reason::bad_argument);
     for (int j = 0; j < size; ++j)
         if (recvcounts[j] < 0 || (!in_place && sendcounts[j] < 0)) return pass(pass_reason::bad_argument);
