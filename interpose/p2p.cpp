@@ -220,6 +220,18 @@ void unpack_from(const runtime::p2p_plan& plan, const void* in, std::int64_t n, 
     }
 }
 
+/// Unpacks a receive the library completed with error `err` and status `st` into the
+/// application's buffer. Returns the bytes unpacked, or -1 when nothing is due: not a receive,
+/// already unpacked by MPI_Request_get_status, an error other than truncation, or cancelled.
+std::int64_t deliver(const runtime::p2p_request& r, const MPI_Status& st, int err) {
+    int cancelled = 0;
+    if (!r.receive || r.unpacked || !delivered(err) || PMPI_Test_cancelled(&st, &cancelled) != MPI_SUCCESS || cancelled)
+        return -1;
+    const std::int64_t n = written_bytes(err, st, r.plan.bytes, r.comm);
+    unpack_from(r.plan, r.block.ptr, n, r.buf);
+    return n;
+}
+
 /// The device method for `bytes` packed bytes of a device buffer: handed to a CUDA-aware MPI,
 /// else one-shot below one_shot_limit and staged above; SHUNT_PACK forces one.
 p2p_method device_method(runtime::p2p_state& p, pack_choice forced, std::int64_t bytes) {
@@ -944,13 +956,7 @@ int runtime::start_requests(shim s, int n, MPI_Request requests[]) noexcept {
 
 void runtime::finish(shim s, p2p_request& r, const MPI_Status& status, int err, MPI_Request handle) noexcept {
     try {
-        int cancelled = 0;
-        if (r.receive && !r.unpacked && delivered(err) && PMPI_Test_cancelled(&status, &cancelled) == MPI_SUCCESS &&
-            !cancelled) {
-            const std::int64_t n = written_bytes(err, status, r.plan.bytes, r.comm);
-            unpack_from(r.plan, r.block.ptr, n, r.buf);
-            count_done(direction::recv, n);
-        }
+        if (const std::int64_t n = deliver(r, status, err); n >= 0) count_done(direction::recv, n);
     } catch (const std::exception& e) {
         internal_failure(s, e.what());
     }
@@ -1304,20 +1310,14 @@ int runtime::request_get_status(MPI_Request request, int* flag, MPI_Status* stat
         if (it == p2p_->requests.end() || !it->second.receive || it->second.unpacked ||
             (it->second.persistent && !it->second.active))
             return PMPI_Request_get_status(request, flag, status);
-        r.serial = it->second.serial, r.buf = it->second.buf, r.comm = it->second.comm;
-        r.plan = it->second.plan, r.block = it->second.block;
+        r = it->second;
     }
     MPI_Status one;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &one : status;
     const int rc = PMPI_Request_get_status(request, flag, st);
     if (!delivered(rc) || !*flag) return rc;
     try {
-        int cancelled = 0;
-        if (PMPI_Test_cancelled(st, &cancelled) == MPI_SUCCESS && !cancelled) {
-            const std::int64_t n = written_bytes(rc, *st, r.plan.bytes, r.comm);
-            unpack_from(r.plan, r.block.ptr, n, r.buf);
-            count_done(direction::recv, n);
-        }
+        if (const std::int64_t n = deliver(r, *st, rc); n >= 0) count_done(direction::recv, n);
         const std::lock_guard lock(p2p_->mutex);
         if (auto it = p2p_->requests.find(request); it != p2p_->requests.end() && it->second.serial == r.serial)
             it->second.unpacked = true;
