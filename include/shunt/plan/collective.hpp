@@ -66,10 +66,7 @@ struct coll_shape {
         return s;
     }
     /// The mask of every level (bit k for level k).
-    std::uint32_t all_levels() const {
-        const std::size_t n = level_names.size();
-        return n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << n) - 1;
-    }
+    std::uint32_t all_levels() const { return hierarchy::level_mask(level_names.size()); }
     /// "node" or "package+node": the levels of `mask`, innermost first; "flat" for none.
     std::string levels_text(std::uint32_t mask) const {
         std::string out;

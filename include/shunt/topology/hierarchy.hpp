@@ -143,6 +143,11 @@ public:
     /// The same groups without the trivial levels.
     hierarchy without_trivial_levels() const { return select([this](int k) { return !trivial(k); }); }
 
+    /// The mask of every described level (bit k for level k).
+    std::uint32_t all_levels() const { return level_mask(levels()); }
+    /// The mask of `n` levels (bits 0 to n-1).
+    static std::uint32_t level_mask(std::size_t n) { return n >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << n) - 1; }
+
     /// The same groups keeping only the levels whose bit is set in `mask` (bit k for level k):
     /// the groups of a dropped level merge into those of the next kept one, so a schedule over
     /// the result runs one level fewer; mask 0 leaves one flat group of everything.

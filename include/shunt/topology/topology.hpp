@@ -205,8 +205,7 @@ public:
     /// groups() keeping only the levels whose bit is set in `mask` (hierarchy::keep_levels),
     /// built on first use and kept; groups() itself when every level is kept. Thread-safe.
     const shunt::hierarchy& groups(std::uint32_t mask) const {
-        const int L = groups_.levels();
-        const std::uint32_t all = L >= 32 ? ~std::uint32_t{0} : (std::uint32_t{1} << L) - 1;
+        const std::uint32_t all = groups_.all_levels();
         if ((mask & all) == all) return groups_;
         std::lock_guard lock(selected_mutex_);
         auto& h = selected_[mask & all];
