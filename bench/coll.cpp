@@ -142,39 +142,40 @@ int main(int argc, char** argv) {
                 for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<double>((i * 7 + static_cast<std::size_t>(rank) * 3) % 11);
                 // 0 library, 1 shunt's shims, 2 hierarchical forced, 3 the library again (a control:
                 // how far two identical variants' bests differ on this machine).
+                double* const outs[4] = {lib.data(), mine.data(), hier.data(), again.data()};
                 std::function<void(int)> call;
                 const std::string name = op.name;
                 if (name == "allreduce")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        double* o2 = outs[v];
                         if (v == 0 || v == 3) PMPI_Allreduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Allreduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else shunt::allreduce(topo, in.data(), o2, n, MPI_DOUBLE, MPI_SUM);
                     };
                 else if (name == "reduce_scatter")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        double* o2 = outs[v];
                         if (v == 0 || v == 3) PMPI_Reduce_scatter_block(in.data(), o2, static_cast<int>(per), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Reduce_scatter_block(in.data(), o2, static_cast<int>(per), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
                         else shunt::reduce_scatter_block(topo, in.data(), o2, per, MPI_DOUBLE, MPI_SUM);
                     };
                 else if (name == "allgather")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        double* o2 = outs[v];
                         if (v == 0 || v == 3) PMPI_Allgather(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Allgather(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else shunt::allgather(topo, in.data(), o2, per, MPI_DOUBLE);
                     };
                 else if (name == "alltoall")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        double* o2 = outs[v];
                         if (v == 0 || v == 3) PMPI_Alltoall(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Alltoall(in.data(), static_cast<int>(per), MPI_DOUBLE, o2, static_cast<int>(per), MPI_DOUBLE, MPI_COMM_WORLD);
                         else shunt::alltoall(topo, in.data(), o2, per, MPI_DOUBLE);
                     };
                 else if (name == "bcast")
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        double* o2 = outs[v];
                         if (rank == 0) std::memcpy(o2, in.data(), static_cast<std::size_t>(bytes));
                         if (v == 0 || v == 3) PMPI_Bcast(o2, static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Bcast(o2, static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -182,7 +183,7 @@ int main(int argc, char** argv) {
                     };
                 else
                     call = [&](int v) {
-                        double* o2 = v == 0 ? lib.data() : v == 1 ? mine.data() : v == 2 ? hier.data() : again.data();
+                        double* o2 = outs[v];
                         if (v == 0 || v == 3) PMPI_Reduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
                         else if (v == 1) MPI_Reduce(in.data(), o2, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
                         else shunt::reduce(topo, in.data(), o2, n, MPI_DOUBLE, MPI_SUM, 0);
