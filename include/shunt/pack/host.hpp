@@ -430,6 +430,19 @@ template <bool Pack>
 inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64_t count, std::uintptr_t typed,
                              std::byte* packed, std::int64_t first, std::int64_t max_bytes) {
     if (count <= 0 || first < 0 || max_bytes <= 0) return 0;
+    // One contiguous run (a dense type, or one element of a single-block type): one copy,
+    // without building a program.
+    if (form.is_contiguous() && (count == 1 || extent == form.blocks[0].length)) {
+        const std::int64_t total = checked_mul(form.blocks[0].length, count);
+        if (first >= total) return 0;
+        const std::int64_t n = std::min(max_bytes, total - first);
+        std::byte* run = at(typed, form.blocks[0].offset + first);
+        if constexpr (Pack)
+            std::memcpy(packed, run, static_cast<std::size_t>(n));
+        else
+            std::memcpy(run, packed, static_cast<std::size_t>(n));
+        return n;
+    }
     const pack_program p(form, extent, count);
     const std::int64_t total = p.total();
     if (first >= total) return 0;
