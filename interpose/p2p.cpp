@@ -327,10 +327,12 @@ void runtime::start_p2p() noexcept {
 #endif
         }
         p2p_->cuda_aware = aware;
+        devices_.store(true, std::memory_order_release);
         log_info(log_category::init, "device buffers in point-to-point calls: %s",
                  aware ? "the MPI library is CUDA-aware" : "staged through host memory (MPI not CUDA-aware)");
     } catch (...) {
         p2p_->device_on = false;
+        devices_.store(false, std::memory_order_release);
     }
 }
 

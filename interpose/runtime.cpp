@@ -267,27 +267,31 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
                              std::int64_t& bytes, pack_plan& plan) noexcept {
     const shim s = d == direction::pack ? shim::pack : shim::unpack;
     try {
+        const std::uint64_t types = memo_.generation();  // before the lookup: see last_decision
         info = memo_.find(type);
         if (info == nullptr) return pass_reason::unknown_type;
         if (__builtin_mul_overflow(static_cast<std::int64_t>(count), info->size, &bytes)) return pass_reason::too_large;
         if (bytes > room) return pass_reason::would_truncate;
         if (bytes == 0 || cfg_.pack == pack_choice::host) return pass_reason::none;
         // The thread's last decision per direction answers a repeated call (the common case: one
-        // halo type packed step after step) without the planner's lock and hash.
+        // halo type packed step after step) without the planner's lock and hash. It is keyed
+        // by the decoded type and count; the type generation (any commit, dup or free) keeps a
+        // new type at a reused address from matching.
         struct last_decision {
-            std::int64_t bytes = -1, blocks = -1;
-            std::uint64_t generation = 0;
+            const type_info* info = nullptr;
+            int count = -1;
+            std::uint64_t types = 0, generation = 0;
+            std::int64_t blocks = -1;
             std::atomic<std::uint64_t>* taken = nullptr;
             bool host = false;
         };
         thread_local last_decision last[2];
         last_decision& l = last[d == direction::unpack ? 1 : 0];
-        const std::int64_t blocks = planner::pack_blocks(*info, count);
         const std::uint64_t generation = model_->generation();
-        const bool tracing = cfg_.log.enabled(log_level::trace, log_category::decide);
-        if (l.taken != nullptr && l.bytes == bytes && l.blocks == blocks && l.generation == generation && !tracing) {
+        if (l.info == info && l.count == count && l.types == types && l.generation == generation &&
+            l.taken != nullptr && !cfg_.log.enabled(log_level::trace, log_category::decide)) {
             l.taken->fetch_add(1, std::memory_order_relaxed);
-            plan = {bytes, blocks, true};
+            plan = {bytes, l.blocks, true};
             return l.host ? pass_reason::none : pass_reason::planned;
         }
         bool is_new = false;
@@ -295,7 +299,7 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
         const plan_decision decision = planner_.pack(*info, count, d == direction::unpack, &is_new, &taken);
         plan = {bytes, decision.blocks, true};
         const bool host = decision.method() == "host";
-        l = {bytes, decision.blocks, generation, taken, host};
+        l = {info, count, types, generation, decision.blocks, taken, host};
         // Each distinct decision once at debug (SHUNT_LOG=decide), every call at trace.
         if (cfg_.log.enabled(is_new ? log_level::debug : log_level::trace, log_category::decide)) {
             std::string alternatives;
@@ -389,7 +393,7 @@ int runtime::pack(const void* inbuf, int incount, MPI_Datatype type, void* outbu
     // absolute addresses, MPICH 4.0 rejects it for any type.
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || incount < 0 || outsize < 0 || *position < 0)
         return pass(pass_reason::bad_argument);
-    if (int rc = 0; device_pack(direction::pack, inbuf, outbuf, incount, type, std::int64_t{outsize} - *position,
+    if (int rc = 0; devices_.load(std::memory_order_relaxed) && device_pack(direction::pack, inbuf, outbuf, incount, type, std::int64_t{outsize} - *position,
                                 position, comm, rc))
         return rc;
     return transfer(
@@ -413,7 +417,7 @@ int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, 
     if (!running()) return pass(pass_reason::not_running);
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || insize < 0 || outcount < 0 || *position < 0)
         return pass(pass_reason::bad_argument);  // MPI_BOTTOM as outbuf too: see pack()
-    if (int rc = 0; device_pack(direction::unpack, inbuf, outbuf, outcount, type, std::int64_t{insize} - *position,
+    if (int rc = 0; devices_.load(std::memory_order_relaxed) && device_pack(direction::unpack, inbuf, outbuf, outcount, type, std::int64_t{insize} - *position,
                                 position, comm, rc))
         return rc;
     return transfer(

@@ -264,6 +264,9 @@ private:
     /// Every communicator's collective planner, for the report (kept after the communicator is freed).
     mutable std::mutex tuners_mutex_;
     std::vector<std::shared_ptr<collective_tuner>> tuners_;
+    /// True once start_p2p found a usable device: MPI_Pack/MPI_Unpack check it before looking
+    /// at their buffers.
+    std::atomic<bool> devices_{false};
     p2p_state* const p2p_ = new_p2p_state();  ///< never deleted (requests may complete during exit)
 };
 

@@ -38,6 +38,8 @@ public:
 
     /// Call after every on_commit / on_dup / on_free of the cache (any thread).
     void changed() noexcept { generation_.fetch_add(1, std::memory_order_acq_rel); }
+    /// Changes with every commit, dup and free: a key for caches of what a type decodes to.
+    std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
 
     /// type_cache::find(t), as a pointer valid until this thread's next find(). nullptr also when
     /// this thread has no table (out of memory): the caller then leaves the call to the library.
