@@ -238,14 +238,13 @@ int runtime::type_free(MPI_Datatype* type) noexcept {
     return PMPI_Type_free(type);
 }
 
-bool runtime::sample_now() noexcept {
-    thread_local std::uint32_t calls = 0;
-    return ++calls % sample_period == 0;
-}
-
-bool runtime::explore_now() noexcept {
-    thread_local std::uint32_t samples = 0;
-    return ++samples % explore_period == 0;
+runtime::sampling runtime::next_sample() noexcept {
+    thread_local std::uint32_t calls = 0, samples = 0, burst_left = 0;
+    if (burst_left > 0) return --burst_left == 0 ? sampling::explore_timed : sampling::explore;
+    if (++calls % sample_period != 0) return sampling::none;
+    if (++samples % explore_period != 0) return sampling::timed;
+    burst_left = explore_burst - 1;
+    return sampling::explore;
 }
 
 void runtime::observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept {
@@ -344,11 +343,18 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     std::int64_t bytes = 0;
     pack_plan plan;  // small: a plan_decision here cost a 136-byte clear on every call
     pass_reason why = prepare(d, type, count, room, info, bytes, plan);
-    // One call in sample_period is timed to refine the model; one timed call in explore_period
-    // runs the method the plan did not choose (the bytes are the same), so that the estimate of
-    // the method not taken keeps learning too and a wrong choice can turn back.
-    const bool timed = plan.decided && (why == pass_reason::planned || why == pass_reason::none) && sample_now();
-    if (timed && explore_now()) why = why == pass_reason::planned ? pass_reason::none : pass_reason::planned;
+    // One call in sample_period is timed to refine the model; one sample in explore_period
+    // starts a burst of explore_burst calls that run the method the plan did not choose (the
+    // bytes are the same), so that the estimate of the method not taken keeps learning too and
+    // a wrong choice can turn back. Only the burst's last call is timed: a method that ran
+    // hundreds of calls ago starts with cold caches and predictors, and one cold call would
+    // overstate its cost several times over.
+    const sampling sample = plan.decided && (why == pass_reason::planned || why == pass_reason::none)
+                                ? next_sample()
+                                : sampling::none;
+    if (sample == sampling::explore || sample == sampling::explore_timed)
+        why = why == pass_reason::planned ? pass_reason::none : pass_reason::planned;
+    const bool timed = sample == sampling::timed || sample == sampling::explore_timed;
     if (why == pass_reason::planned && timed) {  // the library's time refines the model too
         const double t0 = detail::now_s();
         const int rc = pass(why);

@@ -227,12 +227,12 @@ private:
     void report() noexcept;
 
     /// Times one call in `sample_period` of shunt's and the library's packing and feeds the
-    /// model's online refinement.
-    static constexpr std::uint32_t sample_period = 64;
-    bool sample_now() noexcept;
-    /// One timed call in explore_period runs the alternative the plan did not choose.
-    static constexpr std::uint32_t explore_period = 8;
-    bool explore_now() noexcept;
+    /// model's online refinement; one sample in `explore_period` runs the method not chosen for
+    /// `explore_burst` calls and times the last.
+    static constexpr std::uint32_t sample_period = 64, explore_period = 16, explore_burst = 3;
+    enum class sampling : std::uint8_t { none, timed, explore, explore_timed };
+    /// What this thread's next decided MPI_Pack/MPI_Unpack does for the refinement.
+    sampling next_sample() noexcept;
     void observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
 
