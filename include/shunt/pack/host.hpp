@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -60,6 +61,12 @@ public:
             inner = checked_mul(inner, levels_[k].count);
         }
         total_ = nblocks_ == 0 ? 0 : inner;
+        // The typed span the outermost level sweeps (in double: no overflow): past streaming_bytes
+        // the rows come from memory rather than cache.
+        const double span = nlevels_ == 0 ? 0.0
+                                          : static_cast<double>(levels_[0].count) *
+                                                std::fabs(static_cast<double>(levels_[0].stride));
+        streaming_ = span >= static_cast<double>(streaming_bytes);
     }
     pack_program(const pack_program&) = delete;
     pack_program& operator=(const pack_program&) = delete;
@@ -70,6 +77,10 @@ public:
     const block* blocks() const { return blocks_; }
     std::size_t nblocks() const { return nblocks_; }
     std::int64_t block_bytes() const { return block_bytes_; }
+    /// True when one pass sweeps more typed memory than a last-level cache holds (half of this
+    /// machine's 32 MiB L3): long rows then go through rows_libc.
+    bool streaming() const { return streaming_; }
+    static constexpr std::int64_t streaming_bytes = std::int64_t{16} << 20;
 
 private:
     static constexpr std::size_t inline_levels = 12;
@@ -82,6 +93,7 @@ private:
     std::int64_t block_bytes_;
     block single_{};
     std::int64_t total_;
+    bool streaming_ = false;
 };
 
 inline std::byte* at(std::uintptr_t base, std::int64_t offset) {
@@ -302,10 +314,26 @@ inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, 
     return false;
 }
 
+/// n rows of len bytes through the C library's memcpy, a call per row (the length is not a
+/// constant, so the compiler cannot expand it). For data that streams from memory its copy,
+/// which loads a whole row before it stores, keeps more misses in flight than inline moves:
+/// 16 MiB objects of 128-512-byte rows packed 10-25% faster here than with copy_wide.
+template <bool Pack>
+[[gnu::noinline]] void rows_libc(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
+                                 std::int64_t len) {
+    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
+        if constexpr (Pack)
+            std::memcpy(packed, typed, static_cast<std::size_t>(len));
+        else
+            std::memcpy(typed, packed, static_cast<std::size_t>(len));
+    }
+}
+
 /// n strided rows of one block length: the hot loop of 2-D and N-D layouts, dispatched to a
 /// loop whose copy the compiler turns into plain moves.
 template <bool Pack>
-inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
+                 bool streaming) {
     // Packing tiny aligned blocks: the compiler's vectorised gather beats the window compress.
     const auto tiny = [&] {
         if (n < 16) return false;
@@ -318,6 +346,7 @@ inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::
     };
     if (Pack && tiny()) return;
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
+    if (streaming && len >= 128) return rows_libc<Pack>(typed, packed, stride, n, len);
     if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
     if (n >= 16 && stride > len && stride <= 32 && 64 % stride == 0 && window_rows_available())
         return rows_window<Pack>(typed, packed, stride, n, len);
@@ -388,7 +417,7 @@ inline void full(const pack_program& p, std::size_t k, std::uintptr_t base, std:
     if (k + 1 == p.nlevels()) {
         if (p.nblocks() == 1) {
             const block& b = p.blocks()[0];
-            rows<Pack>(at(base, b.offset + i0 * lv.stride), packed, lv.stride, i1 - i0, b.length);
+            rows<Pack>(at(base, b.offset + i0 * lv.stride), packed, lv.stride, i1 - i0, b.length, p.streaming());
             return;
         }
         for (std::int64_t i = i0; i < i1; ++i)
