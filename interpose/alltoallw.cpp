@@ -88,6 +88,7 @@ struct w_decision {
     std::atomic<std::uint8_t> state{undecided};
     int runs = 0;  ///< calls run on both paths, the warm-up included
     double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+    std::shared_ptr<runtime::w_record> record;  ///< the report's copy, from the decision on
 };
 /// The decisions of MPI_Alltoallw and MPI_Neighbor_alltoallw, cached on the communicator.
 struct w_decisions {
@@ -304,11 +305,24 @@ int runtime::fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv,
     if (ds == nullptr) return pass(pass_reason::internal);
     w_decision& d = ds->op[s == shim::alltoallw ? 0 : 1];
     int me = 0, size = 0;
-    const auto log_choice = [&](std::uint8_t c, const char* why) {
-        if (cfg_.log.enabled(log_level::debug, log_category::decide) && PMPI_Comm_rank(comm, &me) == MPI_SUCCESS &&
-            me == 0 && PMPI_Comm_size(comm, &size) == MPI_SUCCESS)
+    // The decision is logged on the communicator's rank 0 and kept for the report.
+    const auto log_choice = [&](std::uint8_t c, const char* why, const double* measured = nullptr) {
+        if (PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || PMPI_Comm_size(comm, &size) != MPI_SUCCESS) return;
+        if (cfg_.log.enabled(log_level::debug, log_category::decide) && me == 0)
             log_debug(log_category::decide, "%s on a communicator of %d ranks: %s, kept for the communicator (%s)",
                       name, size, c == to_shunt ? "shunt's fused packing" : "the library", why);
+        try {
+            auto r = std::make_shared<w_record>();
+            r->op = s;
+            r->ranks = size;
+            r->to_shunt = c == to_shunt;
+            r->forced = cfg_.coll == coll_choice::shunt;
+            r->why = measured != nullptr ? "" : why;
+            if (measured != nullptr) r->measured[0] = measured[0], r->measured[1] = measured[1];
+            d.record = r;
+            keep_w_record(std::move(r));
+        } catch (...) {  // no memory: the report goes without this decision
+        }
     };
     std::uint8_t c = d.state.load(std::memory_order_acquire);
     if (c == undecided) {
@@ -328,6 +342,7 @@ int runtime::fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv,
         }
         d.state.store(c, std::memory_order_release);
     }
+    if ((c == to_library || c == to_shunt) && d.record != nullptr) d.record->taken.fetch_add(1, std::memory_order_relaxed);
     if (c == to_library) return pass(pass_reason::planned);
     if (c == to_shunt) return fused_exchange(s, comm, send, recv, pass, exchange, true);
     // Measuring: each call runs both paths on the same data, in alternating order (the second
@@ -360,7 +375,7 @@ int runtime::fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv,
     d.state.store(now, std::memory_order_release);
     char why[96];
     std::snprintf(why, sizeof why, "library measured %.3g us, shunt %.3g us", agreed[0] * 1e6, agreed[1] * 1e6);
-    log_choice(now, why);
+    log_choice(now, why, agreed);
     return rc;
 }
 

@@ -115,6 +115,67 @@ std::string summary_table(const flat& f, int ranks) {
 
 }  // namespace
 
+void runtime::keep_w_record(std::shared_ptr<w_record> r) noexcept {
+    try {
+        const std::lock_guard lock(tuners_mutex_);
+        w_records_.push_back(std::move(r));
+    } catch (...) {  // no memory: the report goes without this decision
+    }
+}
+
+/// MPI_Alltoallw and MPI_Neighbor_alltoallw: one decision per communicator; communicators of
+/// the same size that decided alike (and measured, or not, alike) are one line with summed calls.
+std::string runtime::fused_decisions_text(bool one_line) const {
+    struct line {
+        shim op;
+        int ranks;
+        bool to_shunt, forced;
+        std::string why;
+        double best[2];  ///< the best measured times of the communicators on this line
+        std::uint64_t taken, comms;
+    };
+    std::vector<line> lines;
+    {
+        const std::lock_guard lock(tuners_mutex_);
+        for (const auto& r : w_records_) {
+            const bool measured = r->measured[0] >= 0;
+            const std::string why = measured ? "measured" : r->why;
+            const std::uint64_t taken = r->taken.load(std::memory_order_relaxed);
+            bool merged = false;
+            for (line& l : lines)
+                if (l.op == r->op && l.ranks == r->ranks && l.to_shunt == r->to_shunt && l.forced == r->forced &&
+                    l.why == why) {
+                    l.taken += taken;
+                    ++l.comms;
+                    for (int k = 0; k < 2; ++k) l.best[k] = std::min(l.best[k], r->measured[k]);
+                    merged = true;
+                    break;
+                }
+            if (!merged)
+                lines.push_back({r->op, r->ranks, r->to_shunt, r->forced, why, {r->measured[0], r->measured[1]}, taken, 1});
+        }
+    }
+    if (lines.empty()) return {};
+    std::sort(lines.begin(), lines.end(), [](const line& a, const line& b) { return a.taken > b.taken; });
+    std::string out = format(one_line ? "; fused collective decisions (%zu)"
+                                      : "\n  MPI_Alltoallw/MPI_Neighbor_alltoallw decisions (%zu distinct, most taken first)",
+                             lines.size());
+    for (const line& l : lines) {
+        const char* op = shim_names[static_cast<std::size_t>(l.op)];
+        const char* method = l.to_shunt ? "shunt's fused packing" : "the library";
+        if (one_line) {
+            out += format("; %s %d ranks -> %s x %" PRIu64, op, l.ranks, l.to_shunt ? "shunt" : "library", l.taken);
+            continue;
+        }
+        const std::string why = l.why == "measured"
+                                    ? format("library measured %.3g us, shunt %.3g us", l.best[0] * 1e6, l.best[1] * 1e6)
+                                    : l.why;
+        out += format("\n    %s on %" PRIu64 " communicator%s of %d ranks -> %s%s x %" PRIu64 " (%s)", op, l.comms,
+                      l.comms == 1 ? "" : "s", l.ranks, method, l.forced ? " (forced)" : "", l.taken, why.c_str());
+    }
+    return out;
+}
+
 std::string runtime::decisions_text(bool one_line) const {
     std::vector<plan_decision> all;
     planner_.for_each([&](const plan_decision& d) { all.push_back(d); });
@@ -149,6 +210,7 @@ std::string runtime::decisions_text(bool one_line) const {
                 colls.emplace_back(shape, d);
             });
     }
+    out += fused_decisions_text(one_line);
     if (colls.empty()) return out;
     std::sort(colls.begin(), colls.end(), [](const auto& a, const auto& b) { return a.second.taken > b.second.taken; });
     out += format(one_line ? "; collective decisions (%zu)" : "\n  collective decisions (%zu distinct, most taken first)",

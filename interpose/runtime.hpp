@@ -94,6 +94,16 @@ public:
     /// One side (send or receive) of such a call as the library's byte exchange sees it, and
     /// how its packed bytes travel: host memory, or a device buffer by one of the device methods.
     struct w_side;
+    /// What the report keeps of one MPI_Alltoallw / MPI_Neighbor_alltoallw decision on one
+    /// communicator (alltoallw.cpp decides; kept after the communicator is freed).
+    struct w_record {
+        shim op = shim::alltoallw;
+        int ranks = 0;
+        bool to_shunt = false, forced = false;
+        const char* why = "";                        ///< a literal: why, when not measured
+        double measured[2] = {-1, -1};               ///< library, shunt (seconds); negative: not measured
+        std::atomic<std::uint64_t> taken{0};         ///< calls on the decided path
+    };
     enum class device_way : std::uint8_t { host, device, one_shot, staged };
 
     /// A communicator's topology and collective planner (cached on it as an attribute).
@@ -235,6 +245,7 @@ private:
     sampling next_sample() noexcept;
     void observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
+    std::string fused_decisions_text(bool one_line) const;
 
     /// True when collectives on comm may go to shunt at all (MPI running, not SHUNT_COLL=library).
     bool collectives_on(MPI_Comm comm) noexcept;
@@ -264,6 +275,9 @@ private:
     /// Every communicator's collective planner, for the report (kept after the communicator is freed).
     mutable std::mutex tuners_mutex_;
     std::vector<std::shared_ptr<collective_tuner>> tuners_;
+    /// Registers a decision for the report (under tuners_mutex_).
+    void keep_w_record(std::shared_ptr<w_record> r) noexcept;
+    std::vector<std::shared_ptr<w_record>> w_records_;  ///< guarded by tuners_mutex_
     /// True once start_p2p found a usable device: MPI_Pack/MPI_Unpack check it before looking
     /// at their buffers.
     std::atomic<bool> devices_{false};

@@ -191,15 +191,24 @@ def check_collectives(args, n, same):
             expect(by_shunt > 0, f"{call}: no call ran in shunt with SHUNT_COLL=shunt", p, c)
         else:
             expect(by_shunt == 0, f"{call}: a single rank has nothing for shunt to do", p, c)
+        if n > 1 and args.coll_calls:  # the fused collectives' decisions are in the report too
+            m = re.search(rf"^shunt\[rank 0\]:\s+{call} on (\d+) communicators? of {n} ranks -> shunt's fused packing "
+                          r"\(forced\) x (\d+) \(forced by SHUNT_COLL\)$", p.stderr, re.M)
+            expect(m is not None and int(m.group(2)) > 0, f"{call}: the report must list the forced decision", p, c)
     # The cost model's choice (measuring both on first use), with its decisions logged.
-    p, c = same("preloaded, SHUNT_COLL=auto SHUNT_LOG=decide", "preload",
-                {"SHUNT_COLL": "auto", "SHUNT_LOG": "decide", "SHUNT_TOPOLOGY": args.collectives}, lambda s: True)
+    p, c = same("preloaded, SHUNT_COLL=auto SHUNT_LOG=decide SHUNT_REPORT=summary", "preload",
+                {"SHUNT_COLL": "auto", "SHUNT_LOG": "decide", "SHUNT_TOPOLOGY": args.collectives,
+                 "SHUNT_REPORT": "summary"}, lambda s: True)
     if n > 1 and args.coll_calls:  # the fused collectives: one measured decision per communicator
         for call in checked:
             expect(re.search(rf"^shunt\[rank 0\]: decide: {call} on a communicator of \d+ ranks: (shunt's fused "
                              r"packing|the library), kept for the communicator \(library measured [0-9.e+-]+ us, "
                              r"shunt [0-9.e+-]+ us\)$", p.stderr, re.M),
                    f"SHUNT_LOG=decide must show {call} deciding by measuring", p, c)
+            expect(re.search(rf"^shunt\[rank 0\]:\s+{call} on \d+ communicators? of {n} ranks -> (shunt's fused "
+                             r"packing|the library) x \d+ \(library measured [0-9.e+-]+ us, shunt [0-9.e+-]+ us\)$",
+                             p.stderr, re.M),
+                   f"SHUNT_REPORT must list {call}'s measured decision", p, c)
     elif n > 1:
         # shunt's schedule says which levels it runs over when the shape has levels, and the
         # predictions of each set of levels when more than one competed.
