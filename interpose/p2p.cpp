@@ -409,15 +409,9 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
             if (plan.keep.get() != t) return pass_reason::internal;
         }
         return pass_reason::none;
-    } catch (const unsupported& e) {
-        log_debug(log_category::pack, "%s: %s; left to the library", shim_names[static_cast<std::size_t>(s)], e.what());
-        return pass_reason::too_large;
-    } catch (const std::exception& e) {
-        internal_failure(s, e.what());
     } catch (...) {
-        internal_failure(s, "unknown exception");
+        return plan_failure(s);
     }
-    return pass_reason::internal;
 }
 
 // ---- MPI_Pack / MPI_Unpack with a device buffer ----

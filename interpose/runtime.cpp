@@ -101,6 +101,20 @@ void runtime::internal_failure(shim s, const char* what) noexcept {
              shim_names[static_cast<std::size_t>(s)], what);
 }
 
+pass_reason runtime::plan_failure(shim s) noexcept {
+    try {
+        throw;
+    } catch (const unsupported& e) {
+        log_debug(log_category::pack, "%s: %s; left to the library", shim_names[static_cast<std::size_t>(s)], e.what());
+        return pass_reason::too_large;
+    } catch (const std::exception& e) {
+        internal_failure(s, e.what());
+    } catch (...) {
+        internal_failure(s, "unknown exception");
+    }
+    return pass_reason::internal;
+}
+
 void runtime::started(int thread_level) noexcept {
     if (started_.exchange(true)) return;
     int rank = -1;
@@ -313,15 +327,9 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
                        host ? "shunt's host packer" : "the library", alternatives.c_str());
         }
         return host ? pass_reason::none : pass_reason::planned;
-    } catch (const unsupported& e) {
-        log_debug(log_category::pack, "%s: %s; left to the library", shim_names[static_cast<std::size_t>(s)], e.what());
-        return pass_reason::too_large;
-    } catch (const std::exception& e) {
-        internal_failure(s, e.what());
     } catch (...) {
-        internal_failure(s, "unknown exception");
+        return plan_failure(s);
     }
-    return pass_reason::internal;
 }
 
 template <class Pass, class Probe, class Move>

@@ -179,6 +179,10 @@ private:
     int transfer(direction d, MPI_Datatype type, int count, std::int64_t room, int* position, MPI_Comm comm,
                  Pass pass, Probe probe, Move move) noexcept;
     void internal_failure(shim s, const char* what) noexcept;
+    /// Inside a catch block of a planner (MPI_Pack's, point-to-point's): what the exception in
+    /// flight makes of the call. A size or type shunt refuses goes to the library quietly
+    /// (too_large, logged at debug); anything else is an internal failure, reported once.
+    pass_reason plan_failure(shim s) noexcept;
 
     // Point-to-point internals (p2p.cpp).
     /// Decides whether `count` x `type` at `buf` (to or from `peer`) is shunt's; fills `plan`.
