@@ -108,6 +108,8 @@ int show_model(const char* file) {
     std::printf("%s: valid shunt model, schema version %d\n", path.c_str(), shunt::model_schema_version);
     std::printf("  measured on host '%s', GPU '%s', MPI '%s'%s\n", m.id.host.c_str(), m.id.gpu.c_str(), m.id.mpi.c_str(),
                 m.id == me ? "" : " -- FOREIGN: shunt on this machine would not use it");
+    if (!(m.id == me))
+        std::printf("  this machine is host '%s', GPU '%s', MPI '%s'\n", me.host.c_str(), me.gpu.c_str(), me.mpi.c_str());
     for (const auto& [name, t] : m.tables()) {
         const auto& p = t.points();
         if (p.empty()) continue;
