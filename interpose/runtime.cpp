@@ -252,12 +252,23 @@ int runtime::type_free(MPI_Datatype* type) noexcept {
     return PMPI_Type_free(type);
 }
 
-runtime::sampling runtime::next_sample() noexcept {
-    thread_local std::uint32_t calls = 0, samples = 0, burst_left = 0;
-    if (burst_left > 0) return --burst_left == 0 ? sampling::explore_timed : sampling::explore;
-    if (++calls % sample_period != 0) return sampling::none;
-    if (++samples % explore_period != 0) return sampling::timed;
-    burst_left = explore_burst - 1;
+runtime::sampling runtime::next_sample(direction d) noexcept {
+    // Random, not every n-th call: a program that alternates packing and unpacking, or cycles
+    // through a few types, would otherwise have the same call sampled every time and the others
+    // never. Per direction, so that a burst explores the direction that started it.
+    struct state {
+        std::uint64_t rng = 0x9E3779B97F4A7C15ull;  // xorshift64; any nonzero seed
+        std::uint32_t burst_left = 0;
+    };
+    thread_local state states[2];
+    state& st = states[d == direction::unpack ? 1 : 0];
+    if (st.burst_left > 0) return --st.burst_left == 0 ? sampling::explore_timed : sampling::explore;
+    st.rng ^= st.rng << 13;
+    st.rng ^= st.rng >> 7;
+    st.rng ^= st.rng << 17;
+    if ((st.rng & (sample_period - 1)) != 0) return sampling::none;
+    if (((st.rng >> 32) & (explore_period - 1)) != 0) return sampling::timed;
+    st.burst_left = explore_burst - 1;
     return sampling::explore;
 }
 
@@ -351,14 +362,14 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     std::int64_t bytes = 0;
     pack_plan plan;  // small: a plan_decision here cost a 136-byte clear on every call
     pass_reason why = prepare(d, type, count, room, info, bytes, plan);
-    // One call in sample_period is timed to refine the model; one sample in explore_period
+    // One call in sample_period (at random) is timed to refine the model; one sample in explore_period
     // starts a burst of explore_burst calls that run the method the plan did not choose (the
     // bytes are the same), so that the estimate of the method not taken keeps learning too and
     // a wrong choice can turn back. Only the burst's last call is timed: a method that ran
     // hundreds of calls ago starts with cold caches and predictors, and one cold call would
     // overstate its cost several times over.
     const sampling sample = plan.decided && (why == pass_reason::planned || why == pass_reason::none)
-                                ? next_sample()
+                                ? next_sample(d)
                                 : sampling::none;
     if (sample == sampling::explore || sample == sampling::explore_timed)
         why = why == pass_reason::planned ? pass_reason::none : pass_reason::planned;

@@ -240,13 +240,16 @@ private:
     void log_type(MPI_Datatype type, const char* event) noexcept;
     void report() noexcept;
 
-    /// Times one call in `sample_period` of shunt's and the library's packing and feeds the
-    /// model's online refinement; one sample in `explore_period` runs the method not chosen for
-    /// `explore_burst` calls and times the last.
-    static constexpr std::uint32_t sample_period = 64, explore_period = 16, explore_burst = 3;
+    /// Times one call in `sample_period` (on average, drawn at random) of shunt's and the
+    /// library's packing and feeds the model's online refinement; one sample in
+    /// `explore_period` runs the method not chosen for `explore_burst` calls of the same
+    /// direction and times the last.
+    static constexpr std::uint32_t sample_period = 256, explore_period = 4, explore_burst = 3;
+    static_assert((sample_period & (sample_period - 1)) == 0 && (explore_period & (explore_period - 1)) == 0,
+                  "periods are powers of two: next_sample masks random bits");
     enum class sampling : std::uint8_t { none, timed, explore, explore_timed };
-    /// What this thread's next decided MPI_Pack/MPI_Unpack does for the refinement.
-    sampling next_sample() noexcept;
+    /// What this thread's next decided MPI_Pack (or MPI_Unpack) does for the refinement.
+    sampling next_sample(direction d) noexcept;
     void observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
     std::string fused_decisions_text(bool one_line) const;

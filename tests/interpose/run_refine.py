@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""tests/interpose/run_refine.py: shunt's online refinement undoes a wrong model during a run.
+
+  run_refine.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --shunt-info I -- PACK_LOOP
+
+Writes a model file for this machine (its identity from shunt-info) whose 1-byte-block pack and
+unpack tables say the library is a little faster than shunt's host packer: at 64 KiB, a few times
+faster than the library really is and a few times slower than shunt really is (within the 8x a
+correction may move). pack_loop, preloaded with that model, must start on the library (the model's
+decision, in the SHUNT_LOG=decide line) and end with most of its calls on shunt's packer (the
+SHUNT_REPORT counts): the timed calls and the explore bursts corrected the model. Exit status: 0
+pass, 1 fail.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT = 240
+
+
+def fail(what, p=None):
+    print(f"FAIL: {what}", file=sys.stderr)
+    if p is not None:
+        print(f"  exit {p.returncode}\n  stdout:\n{p.stdout}\n  stderr:\n{p.stderr}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mpiexec", required=True)
+    ap.add_argument("--mpiexec-arg", action="append", default=[])
+    ap.add_argument("--flavour", choices=["openmpi", "mpich"], required=True)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--shunt-info", required=True)
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    args = ap.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("no PACK_LOOP program given")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHUNT_") and k != "LD_PRELOAD"}
+    with tempfile.TemporaryDirectory() as tmp:
+        # This machine's identity: shunt-info names it when shown a foreign file.
+        foreign = os.path.join(tmp, "foreign.json")
+        with open(foreign, "w") as f:
+            json.dump({"schema": "shunt-model", "version": 1,
+                       "identity": {"host": "elsewhere", "gpu": "none", "mpi": "none"}, "tables": {}}, f)
+        p = subprocess.run([args.shunt_info, "--model", foreign], capture_output=True, text=True, env=env,
+                           timeout=TIMEOUT)
+        m = re.search(r"^  this machine is host '(.*)', GPU '(.*)', MPI '(.*)'$", p.stdout, re.M)
+        if p.returncode != 1 or m is None:
+            fail("shunt-info --model must flag a foreign file and name this machine", p)
+        identity = {"host": m.group(1), "gpu": m.group(2), "mpi": m.group(3)}
+        # Library 20 us, shunt 22 us for 64 KiB of 1-byte blocks (linear in the size). Here the
+        # library takes 80-130 us and shunt 2-5 us: corrected, shunt is the faster by far.
+        sizes = [1024, 65536, 1048576]
+        tables = {}
+        for op in ("pack", "unpack"):
+            tables[f"{op}.library.b1"] = [[s, 20e-6 * s / 65536, 0] for s in sizes]
+            tables[f"{op}.shunt.b1"] = [[s, 22e-6 * s / 65536, 0] for s in sizes]
+        model = os.path.join(tmp, "wrong.json")
+        with open(model, "w") as f:
+            json.dump({"schema": "shunt-model", "version": 1, "identity": identity, "tables": tables}, f)
+        p = subprocess.run([args.shunt_info, "--model", model], capture_output=True, text=True, env=env,
+                           timeout=TIMEOUT)
+        if p.returncode != 0:
+            fail("shunt-info --model must accept the crafted model", p)
+
+        cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", "1"]
+        cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
+        cmd += command
+        run_env = dict(env, SHUNT_MODEL=model, SHUNT_LOG="debug:decide", SHUNT_REPORT="rank")
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            fail(f"timed out after {TIMEOUT} s: {' '.join(cmd)}")
+        if p.returncode != 0 or "every byte right" not in p.stdout:
+            fail("pack_loop must pack and unpack every byte right under shunt", p)
+        for op in ("MPI_Pack", "MPI_Unpack"):
+            if not re.search(rf"decide: {op} of 1 x \S+ \(65536 bytes in 65536 blocks\): the library \(predicted "
+                             r"library [0-9.e+-]+ us, host [0-9.e+-]+ us\)", p.stderr):
+                fail(f"{op}: the crafted model must first send the calls to the library", p)
+            m = re.search(rf"{op} (\d+) \(shunt (\d+), \d+ bytes; library (\d+)\)", p.stderr)
+            if m is None:
+                fail(f"no {op} counts in the report", p)
+            calls, by_shunt, library = (int(x) for x in m.groups())
+            if by_shunt + library != calls or by_shunt < calls // 2:
+                fail(f"{op}: refinement must move most calls to shunt's packer: {by_shunt} of {calls} by shunt", p)
+            print(f"{op}: started on the library (the model's choice), {by_shunt} of {calls} calls by shunt's packer")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
