@@ -52,6 +52,10 @@ struct layout {
     }
     /// True when the element is one contiguous run of bytes.
     bool is_contiguous() const { return dims.empty() && blocks.size() == 1; }
+    /// True when `count` elements `extent` bytes apart are one contiguous run: one copy moves them.
+    bool is_dense(std::int64_t extent, std::int64_t count) const {
+        return is_contiguous() && (count == 1 || extent == blocks[0].length);
+    }
     /// True when the element packs nothing.
     bool empty() const { return blocks.empty(); }
 };

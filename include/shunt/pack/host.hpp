@@ -461,7 +461,7 @@ inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64
     if (count <= 0 || first < 0 || max_bytes <= 0) return 0;
     // One contiguous run (a dense type, or one element of a single-block type): one copy,
     // without building a program.
-    if (form.is_contiguous() && (count == 1 || extent == form.blocks[0].length)) {
+    if (form.is_dense(extent, count)) {
         const std::int64_t total = checked_mul(form.blocks[0].length, count);
         if (first >= total) return 0;
         const std::int64_t n = std::min(max_bytes, total - first);
