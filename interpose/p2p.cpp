@@ -352,6 +352,21 @@ std::shared_ptr<const gpu::device_form> runtime::device_form_of(const type_info*
 
 bool runtime::p2p_live() const noexcept { return p2p_ != nullptr && p2p_->live.load(std::memory_order_acquire) != 0; }
 
+bool runtime::host_run(const void* buf, int count, MPI_Datatype type, int peer) noexcept {
+    if (devices_.load(std::memory_order_relaxed) || cfg_.pack == pack_choice::library || count <= 0 ||
+        peer == MPI_PROC_NULL || buf == nullptr || p2p_ == nullptr ||
+        state_.load(std::memory_order_acquire) != state::running)
+        return false;
+    try {
+        const type_info* t = memo_.find(type);
+        std::int64_t bytes = 0;
+        return t != nullptr && !__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes) && bytes > 0 &&
+               bytes <= INT_MAX && t->form.is_dense(t->extent, count);
+    } catch (...) {
+        return false;  // plan_p2p decides, and reports
+    }
+}
+
 pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer,
                               bool keep_type, p2p_plan& plan) noexcept {
     if (p2p_ == nullptr || !running()) return pass_reason::not_running;
@@ -368,7 +383,7 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
         if (__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes) || bytes > INT_MAX)
             return pass_reason::too_large;
         if (bytes == 0) return pass_reason::empty;
-        const bool dense = t->form.is_contiguous() && (count == 1 || t->form.blocks[0].length == t->extent);
+        const bool dense = t->form.is_dense(t->extent, count);
         if (!device) {
             if (dense) return pass_reason::contiguous;
             if (cfg_.pack == pack_choice::library) return pass_reason::forced;
@@ -499,6 +514,10 @@ int runtime::send(shim s, send_mode m, const void* buf, int count, MPI_Datatype 
                   MPI_Comm comm) noexcept {
     this->count(s);
     if (p2p_live()) progress_detached();
+    if (host_run(buf, count, type, dest)) {
+        count_pass(direction::send, pass_reason::contiguous);
+        return send_call(m, buf, count, type, dest, tag, comm);
+    }
     p2p_plan plan;
     const pass_reason why = plan_p2p(s, direction::send, buf, count, type, dest, false, plan);
     if (why != pass_reason::none) {
@@ -527,6 +546,10 @@ int runtime::isend(shim s, send_mode m, const void* buf, int count, MPI_Datatype
                    MPI_Request* request) noexcept {
     this->count(s);
     if (p2p_live()) progress_detached();
+    if (request != nullptr && host_run(buf, count, type, dest)) {
+        count_pass(direction::send, pass_reason::contiguous);
+        return isend_call(m, buf, count, type, dest, tag, comm, request);
+    }
     p2p_plan plan;
     const pass_reason why = request == nullptr ? pass_reason::bad_argument
                                                : plan_p2p(s, direction::send, buf, count, type, dest, false, plan);
@@ -609,6 +632,10 @@ int runtime::recv(void* buf, int count, MPI_Datatype type, int source, int tag, 
                   MPI_Status* status) noexcept {
     this->count(shim::recv);
     if (p2p_live()) progress_detached();
+    if (host_run(buf, count, type, source)) {
+        count_pass(direction::recv, pass_reason::contiguous);
+        return PMPI_Recv(buf, count, type, source, tag, comm, status);
+    }
     p2p_plan plan;
     const pass_reason why = plan_p2p(shim::recv, direction::recv, buf, count, type, source, false, plan);
     if (why != pass_reason::none) {
@@ -644,6 +671,10 @@ int runtime::irecv(void* buf, int count, MPI_Datatype type, int source, int tag,
                    MPI_Request* request) noexcept {
     this->count(shim::irecv);
     if (p2p_live()) progress_detached();
+    if (request != nullptr && host_run(buf, count, type, source)) {
+        count_pass(direction::recv, pass_reason::contiguous);
+        return PMPI_Irecv(buf, count, type, source, tag, comm, request);
+    }
     p2p_plan plan;
     const pass_reason why = request == nullptr
                                 ? pass_reason::bad_argument

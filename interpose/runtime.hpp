@@ -188,6 +188,11 @@ private:
     /// Decides whether `count` x `type` at `buf` (to or from `peer`) is shunt's; fills `plan`.
     pass_reason plan_p2p(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer,
                          bool keep_type, p2p_plan& plan) noexcept;
+    /// The common point-to-point case, answered before a plan is built: `count` x `type` at
+    /// `buf` is one contiguous run of host memory (no device in use), which the library moves as
+    /// it is. True exactly where plan_p2p would pass the call as `contiguous`; false otherwise,
+    /// and plan_p2p then decides (p2p.cpp).
+    bool host_run(const void* buf, int count, MPI_Datatype type, int peer) noexcept;
     /// MPI_Pack / MPI_Unpack of a device buffer (p2p.cpp); false when neither buffer is on a device.
     bool device_pack(direction d, const void* in, void* out, int count, MPI_Datatype type, std::int64_t room,
                      int* position, MPI_Comm comm, int& rc) noexcept;
