@@ -75,20 +75,17 @@ runtime::runtime(const settings& cfg)
     : cfg_(cfg), model_(load_runtime_model(cfg, model_note_)), planner_(model_, {pack_kind::name(cfg.pack)}) {}
 
 
-runtime* runtime::instance() noexcept {
-    static runtime* const rt = []() noexcept -> runtime* {
-        try {
-            const settings& cfg = config();
-            if (cfg.disable) return nullptr;
-            return new runtime(cfg);  // never deleted: shims may run during static destruction
-        } catch (const std::exception& e) {
-            log_error(log_category::init, "cannot start (%s); every call goes to the MPI library", e.what());
-        } catch (...) {
-            log_error(log_category::init, "cannot start; every call goes to the MPI library");
-        }
-        return nullptr;
-    }();
-    return rt;
+runtime* runtime::create() noexcept {
+    try {
+        const settings& cfg = config();
+        if (cfg.disable) return nullptr;
+        return new runtime(cfg);  // never deleted: shims may run during static destruction
+    } catch (const std::exception& e) {
+        log_error(log_category::init, "cannot start (%s); every call goes to the MPI library", e.what());
+    } catch (...) {
+        log_error(log_category::init, "cannot start; every call goes to the MPI library");
+    }
+    return nullptr;
 }
 
 void runtime::internal_failure(shim s, const char* what) noexcept {
@@ -139,7 +136,7 @@ void runtime::started(int thread_level) noexcept {
     }
 }
 
-bool runtime::running() noexcept {
+bool runtime::start_running() noexcept {
     const state s = state_.load(std::memory_order_acquire);
     if (s != state::before) return s == state::running;
     // MPI may have been started behind the shims (PMPI_Init, a Fortran binding).

@@ -49,7 +49,10 @@ class runtime {
 public:
     /// The runtime, or nullptr when SHUNT_DISABLE is set (pure pass-through) or it could not be
     /// built. Never destroyed: shims may run during static destruction.
-    static runtime* instance() noexcept;
+    static runtime* instance() noexcept {
+        static runtime* const rt = create();  // inline: every shim asks, so no call for it
+        return rt;
+    }
 
     int init(int* argc, char*** argv) noexcept;
     int init_thread(int* argc, char*** argv, int required, int* provided) noexcept;
@@ -164,7 +167,17 @@ private:
         stats_.add(counter_index::handled(d));
         stats_.add(counter_index::bytes(d), static_cast<std::uint64_t>(bytes));
     }
-    bool running() noexcept;
+    /// True between MPI_Init (however MPI was started) and MPI_Finalize.
+    bool running() noexcept {
+        const state s = state_.load(std::memory_order_acquire);
+        if (s != state::before) [[likely]]
+            return s == state::running;
+        return start_running();
+    }
+    /// running() before the runtime has seen MPI start: looks, and starts shunt if it has.
+    bool start_running() noexcept;
+    /// instance()'s one construction.
+    static runtime* create() noexcept;
     void started(int thread_level) noexcept;
     /// What MPI_Pack and MPI_Unpack keep of a pack decision: enough to time the call.
     struct pack_plan {
