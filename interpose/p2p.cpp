@@ -66,7 +66,6 @@ struct runtime::p2p_request {
 };
 
 struct runtime::p2p_state {
-    bool device_on = false;   ///< a CUDA device is usable: classify buffers
     bool cuda_aware = false;  ///< the MPI library takes device pointers
     std::atomic<bool> fallback_warned{false};
 
@@ -307,8 +306,7 @@ runtime::p2p_state* runtime::new_p2p_state() noexcept { return new (std::nothrow
 void runtime::start_p2p() noexcept {
     if (p2p_ == nullptr) return;
     try {
-        p2p_->device_on = gpu::device_available();
-        if (!p2p_->device_on) return;  // every buffer is host memory: nothing else to learn
+        if (!gpu::device_available()) return;  // every buffer is host memory: nothing else to learn
         // SHUNT_CUDA_AWARE, when set, overrides what the library says of itself.
         const config_snapshot& snap = config_state();
         bool set = false;
@@ -331,13 +329,12 @@ void runtime::start_p2p() noexcept {
         log_info(log_category::init, "device buffers in point-to-point calls: %s",
                  aware ? "the MPI library is CUDA-aware" : "staged through host memory (MPI not CUDA-aware)");
     } catch (...) {
-        p2p_->device_on = false;
         devices_.store(false, std::memory_order_release);
     }
 }
 
 runtime::device_way runtime::device_way_of(const void* buf, std::int64_t bytes) noexcept {
-    if (p2p_ == nullptr || !p2p_->device_on || !on_device(gpu::classify(buf))) return device_way::host;
+    if (!devices_.load(std::memory_order_acquire) || !on_device(gpu::classify(buf))) return device_way::host;
     switch (device_method(*p2p_, cfg_.pack, bytes)) {
         case p2p_method::device: return device_way::device;
         case p2p_method::one_shot: return device_way::one_shot;
@@ -372,7 +369,7 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
     if (p2p_ == nullptr || !running()) return pass_reason::not_running;
     if (count < 0) return pass_reason::bad_argument;
     if (count == 0 || peer == MPI_PROC_NULL) return pass_reason::empty;
-    const bool device_on = p2p_->device_on;
+    const bool device_on = devices_.load(std::memory_order_acquire);
     if (cfg_.pack == pack_choice::library && !device_on) return pass_reason::forced;
     if (buf == nullptr) return pass_reason::bad_argument;  // MPI_BOTTOM: absolute addresses, the library's
     try {
@@ -433,7 +430,7 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
 
 bool runtime::device_pack(direction d, const void* in, void* out, int count, MPI_Datatype type, std::int64_t room,
                           int* position, MPI_Comm comm, int& rc) noexcept {
-    if (p2p_ == nullptr || !p2p_->device_on) return false;
+    if (!devices_.load(std::memory_order_acquire)) return false;
     const gpu::memory_kind in_kind = gpu::classify(in), out_kind = gpu::classify(out);
     if (!on_device(in_kind) && !on_device(out_kind)) return false;
     const bool packing = d == direction::pack;

@@ -303,8 +303,8 @@ private:
     /// Registers a decision for the report (under tuners_mutex_).
     void keep_w_record(std::shared_ptr<w_record> r) noexcept;
     std::vector<std::shared_ptr<w_record>> w_records_;  ///< guarded by tuners_mutex_
-    /// True once start_p2p found a usable device: MPI_Pack/MPI_Unpack check it before looking
-    /// at their buffers.
+    /// True once start_p2p found a usable device (and so a point-to-point state) and learned
+    /// whether the MPI library is CUDA-aware: only then are buffers classified.
     std::atomic<bool> devices_{false};
     p2p_state* const p2p_ = new_p2p_state();  ///< never deleted (requests may complete during exit)
 };
