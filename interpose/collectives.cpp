@@ -13,11 +13,14 @@
 #include <shunt/collectives/reduce_scatter_block.hpp>
 #include <shunt/collectives/reduction.hpp>
 #include <shunt/errors.hpp>
+#include <shunt/gpu/memory.hpp>
+#include <shunt/gpu/pack.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/measure.hpp>
 #include <shunt/pack/host.hpp>
 #include <shunt/topology/topology.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cmath>
@@ -26,6 +29,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace shunt::detail {
@@ -160,7 +164,130 @@ private:
 
 const char* method_text(coll_method m) { return m == coll_method::library ? "the library" : "shunt's schedule"; }
 
+/// The bytes [lo, hi) from a buffer's address that a call's elements occupy; `whole`: the
+/// elements cover every byte of it (a receive then leaves nothing of the old contents).
+struct byte_span {
+    std::int64_t lo = 0, hi = 0;
+    bool whole = true;
+    bool empty() const { return hi <= lo; }
+    /// Adds `count` elements of `t` starting `first` bytes from the buffer (false: t is invalid).
+    bool add(MPI_Datatype t, std::int64_t count, std::int64_t first = 0) {
+        if (count <= 0) return true;
+        MPI_Count lb = 0, extent = 0, true_lb = 0, true_extent = 0, size = 0;
+        if (PMPI_Type_get_extent_x(t, &lb, &extent) != MPI_SUCCESS ||
+            PMPI_Type_get_true_extent_x(t, &true_lb, &true_extent) != MPI_SUCCESS ||
+            PMPI_Type_size_x(t, &size) != MPI_SUCCESS || size == MPI_UNDEFINED)
+            return false;
+        const std::int64_t last = (count - 1) * extent;  // the last element's offset from the first
+        const std::int64_t l = first + true_lb + std::min<std::int64_t>(0, last);
+        const std::int64_t h = first + true_lb + true_extent + std::max<std::int64_t>(0, last);
+        const bool tiles = size == true_extent && size == extent && h - l == count * size;
+        if (empty()) {
+            lo = l, hi = h, whole = tiles;
+        } else {
+            whole = whole && tiles && (h == lo || l == hi);  // adjacent runs still tile
+            lo = std::min(lo, l), hi = std::max(hi, h);
+        }
+        return true;
+    }
+};
+
 }  // namespace
+
+/// The device buffers of one collective call, moved through host memory: shunt's schedules are
+/// host code, and a library that is not CUDA-aware cannot take them either. The bytes a call
+/// reads are copied from the device into pinned host memory before it runs, the bytes it writes
+/// copied back after, and the shim's buffer pointers point at the host copies meanwhile (its
+/// lambdas read them by reference). Where no device is in use nothing is classified. Which
+/// method runs is decided alike on every rank before staging, so ranks whose buffers differ in
+/// kind still run the same algorithm.
+class runtime::device_stage {
+public:
+    /// `devices`: some buffer may be device memory; `library_takes_device`: the MPI is CUDA-aware.
+    device_stage(bool devices, bool library_takes_device) : devices_(devices), aware_(library_takes_device) {}
+    device_stage(const device_stage&) = delete;
+    device_stage& operator=(const device_stage&) = delete;
+    ~device_stage() { release(); }
+
+    /// Registers the buffer `*slot` (the shim's own pointer variable), whose bytes `span` the
+    /// call reads (`in`) and/or writes (`out`); a no-op unless it is device memory.
+    template <class Ptr>
+    void add(Ptr& slot, const byte_span& span, bool in, bool out) {
+        if (!devices_ || span.empty() || slot == nullptr || slot == MPI_IN_PLACE) return;
+        const auto* first = static_cast<const std::byte*>(slot) + span.lo;
+        // Managed memory is host-accessible: only device memory needs the copies.
+        if (gpu::classify(first) != gpu::memory_kind::device) return;
+        entry e{.span = span, .in = in || (out && !span.whole), .out = out};
+        if constexpr (std::is_const_v<std::remove_pointer_t<Ptr>>)
+            e.cslot = &slot;
+        else
+            e.mslot = &slot;
+        entries_.push_back(e);
+    }
+    /// True when buffers may be device memory (a device is in use): worth describing to add().
+    bool enabled() const { return devices_; }
+
+    /// Runs `f` (returning an MPI code) with every device buffer staged, except for the library
+    /// (`library`) on a CUDA-aware MPI, which gets the device pointers as they are. Exceptions
+    /// from the copies and from `f` propagate, with the shim's pointers restored.
+    template <class F>
+    int run(bool library, F&& f) {
+        if (entries_.empty() || (library && aware_)) return f();
+        struct restore {
+            device_stage& s;
+            ~restore() { s.release(); }
+        } guard{*this};
+        for (auto& e : entries_) {
+            e.host = gpu::pool_acquire(gpu::pool_kind::pinned, static_cast<std::size_t>(e.span.hi - e.span.lo));
+            e.device = e.cslot != nullptr ? const_cast<void*>(*e.cslot) : *e.mslot;
+            if (e.in) gpu::copy(e.host.ptr, at(e.device, e.span.lo), static_cast<std::size_t>(e.span.hi - e.span.lo), nullptr);
+        }
+        gpu::synchronize(nullptr);
+        for (auto& e : entries_) point(e, at(e.host.ptr, -e.span.lo));
+        const int rc = f();
+        for (auto& e : entries_) point(e, e.device);
+        if (rc == MPI_SUCCESS) {
+            bool copied = false;
+            for (const auto& e : entries_)
+                if (e.out) {
+                    gpu::copy(at(e.device, e.span.lo), e.host.ptr, static_cast<std::size_t>(e.span.hi - e.span.lo), nullptr);
+                    copied = true;
+                }
+            if (copied) gpu::synchronize(nullptr);
+        }
+        return rc;
+    }
+
+private:
+    struct entry {
+        byte_span span;
+        bool in = false, out = false;
+        const void** cslot = nullptr;
+        void** mslot = nullptr;
+        void* device = nullptr;  ///< the application's pointer while staged
+        gpu::pool_block host{};
+    };
+    static void* at(void* p, std::int64_t offset) {
+        return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(offset));
+    }
+    static void point(entry& e, void* p) {
+        if (e.cslot != nullptr)
+            *e.cslot = p;
+        else
+            *e.mslot = p;
+    }
+    /// Points the shim back at the device buffers and gives the host copies back.
+    void release() noexcept {
+        for (auto& e : entries_) {
+            if (e.device != nullptr) point(e, e.device);
+            gpu::pool_release(e.host);
+            e.host = {};
+        }
+    }
+
+    bool devices_, aware_;
+    std::vector<entry> entries_;
+};
 
 runtime::coll_context* runtime::existing_context(MPI_Comm comm) noexcept {
     struct last_lookup {
@@ -181,6 +308,8 @@ runtime::coll_context* runtime::existing_context(MPI_Comm comm) noexcept {
 }
 
 bool runtime::settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes) noexcept {
+    // Device buffers must be staged for a library that is not CUDA-aware: the whole way, then.
+    if (devices_in_use() && !library_takes_device()) return false;
     coll_context* ctx = existing_context(comm);
     if (ctx == nullptr || !ctx->usable || ctx->tuner->settled(op, bytes) != coll_method::library) return false;
     ctx->tuner->count_settled(op, bytes);
@@ -235,15 +364,24 @@ runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
 }
 
 template <class Library, class Shunt>
-int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, Library library, Shunt run) noexcept {
+int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, device_stage& dev, Library library,
+                        Shunt run) noexcept {
+    const char* name = shim_names[static_cast<std::size_t>(s)];
+    // The library, with device buffers staged where it cannot take them.
     const auto pass = [&](pass_reason why) {
         count_pass(direction::collective, why);
-        return library();
+        try {
+            return dev.run(true, library);
+        } catch (const std::exception& e) {
+            // Only the copies of device buffers can fail here: the other ranks are in the library's call.
+            log_error(log_category::init, "%s: cannot stage device buffers for the library (%s)", name, e.what());
+            PMPI_Comm_call_errhandler(comm, MPI_ERR_INTERN);
+            return MPI_ERR_INTERN;
+        }
     };
     coll_context* ctx = context(comm);
     if (ctx == nullptr) return pass(pass_reason::bad_argument);
     if (!ctx->usable) return pass(ctx->why);
-    const char* name = shim_names[static_cast<std::size_t>(s)];
     MPI_Comm own = ctx->topo->comm();
     const collective_tuner::agree_fn agree = [own](double* v, int n) {
         SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, own));
@@ -266,7 +404,10 @@ int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, L
         try {
             collective_options opt;
             opt.levels = pick.levels;
-            run(*ctx->topo, opt);
+            dev.run(false, [&] {
+                run(*ctx->topo, opt);
+                return MPI_SUCCESS;
+            });
             stats_.add(counter_index::handled(direction::collective));
             stats_.add(counter_index::bytes(direction::collective), static_cast<std::uint64_t>(bytes));
             stats_.add(counter_index::collective_handled(s));
@@ -350,7 +491,14 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
     } catch (...) {
         return pass(pass_reason::unsupported);
     }
-    return collective(shim::allreduce, coll_op::allreduce, comm, es * count, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span span;
+        span.add(type, count);
+        dev.add(sendbuf, span, true, false);
+        dev.add(recvbuf, span, sendbuf == MPI_IN_PLACE, true);
+    }
+    return collective(shim::allreduce, coll_op::allreduce, comm, es * count, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         shunt::allreduce(topo, sendbuf, recvbuf, count, type, op, opt);
     });
@@ -379,7 +527,14 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
     } catch (...) {
         return pass(pass_reason::unsupported);
     }
-    return collective(shim::reduce, coll_op::reduce, comm, es * count, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span span;
+        span.add(type, count);
+        dev.add(sendbuf, span, true, false);
+        if (me == root) dev.add(recvbuf, span, sendbuf == MPI_IN_PLACE, true);
+    }
+    return collective(shim::reduce, coll_op::reduce, comm, es * count, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         shunt::reduce(topo, sendbuf, recvbuf, count, type, op, root, opt);
     });
@@ -407,7 +562,16 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
     } catch (...) {
         return pass(pass_reason::unsupported);
     }
-    return collective(shim::reduce_scatter_block, coll_op::reduce_scatter_block, comm, es * recvcount * size, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span all, mine;
+        all.add(type, std::int64_t{recvcount} * size);
+        mine.add(type, recvcount);
+        const bool in_place = sendbuf == MPI_IN_PLACE;
+        dev.add(sendbuf, all, true, false);
+        dev.add(recvbuf, in_place ? all : mine, in_place, true);
+    }
+    return collective(shim::reduce_scatter_block, coll_op::reduce_scatter_block, comm, es * recvcount * size, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
                           shunt::reduce_scatter_block(topo, sendbuf, recvbuf, recvcount, type, op, opt);
                       });
@@ -438,7 +602,16 @@ int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvco
     } catch (...) {
         return pass(pass_reason::unsupported);
     }
-    return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (int me = 0; dev.enabled() && PMPI_Comm_rank(comm, &me) == MPI_SUCCESS) {
+        byte_span all, mine;
+        all.add(type, total);
+        mine.add(type, recvcounts[me]);
+        const bool in_place = sendbuf == MPI_IN_PLACE;
+        dev.add(sendbuf, all, true, false);
+        dev.add(recvbuf, in_place ? all : mine, in_place, true);
+    }
+    return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
                           shunt::reduce_scatter(topo, sendbuf, recvbuf, recvcounts, type, op, opt);
                       });
@@ -467,7 +640,15 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
     if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
-    return collective(shim::allgather, coll_op::allgather, comm, block * size, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span send, recv;
+        if (!in_place) send.add(sendtype, sendcount);  // ignored, maybe invalid, in place
+        recv.add(recvtype, std::int64_t{recvcount} * size);
+        dev.add(sendbuf, send, true, false);
+        dev.add(recvbuf, recv, in_place, true);
+    }
+    return collective(shim::allgather, coll_op::allgather, comm, block * size, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image all(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
@@ -520,7 +701,15 @@ int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
     if (total == 0) return pass(pass_reason::empty);
     if (!in_place && (sendcount < 0 || sendcount * st.size != parts[static_cast<std::size_t>(me)]))
         return pass(pass_reason::bad_argument);
-    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span send, recv;
+        if (!in_place) send.add(sendtype, sendcount);
+        for (int r = 0; r < size; ++r) recv.add(recvtype, recvcounts[r], std::int64_t{displs[r]} * rt.extent);
+        dev.add(sendbuf, send, true, false);
+        dev.add(recvbuf, recv, in_place, true);
+    }
+    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         host_buffer staging(packed_order ? 0 : total);
@@ -577,7 +766,13 @@ int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Com
         return pass(pass_reason::bad_argument);
     const type_facts f = facts_of(type, memo_);
     if (!f.ok || f.size == 0) return pass(pass_reason::bad_argument);
-    return collective(shim::bcast, coll_op::bcast, comm, count * f.size, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span span;
+        span.add(type, count);
+        dev.add(buffer, span, me == root, me != root);
+    }
+    return collective(shim::bcast, coll_op::bcast, comm, count * f.size, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image image(buffer, count, type, f);
@@ -610,7 +805,15 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
     if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
-    return collective(shim::alltoall, coll_op::alltoall, comm, block * size, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span send, recv;
+        if (!in_place) send.add(sendtype, std::int64_t{sendcount} * size);
+        recv.add(recvtype, std::int64_t{recvcount} * size);
+        dev.add(sendbuf, send, true, false);
+        dev.add(recvbuf, recv, in_place, true);
+    }
+    return collective(shim::alltoall, coll_op::alltoall, comm, block * size, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image out(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
@@ -718,7 +921,17 @@ int runtime::alltoallv(const void* sendbuf, const int sendcounts[], const int sd
     if (!rt.ok || !st.ok) return pass(pass_reason::bad_argument);
     for (int j = 0; j < size; ++j)
         if (recvcounts[j] < 0 || (!in_place && sendcounts[j] < 0)) return pass(pass_reason::bad_argument);
-    return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, library,
+    device_stage dev(devices_in_use(), library_takes_device());
+    if (dev.enabled()) {
+        byte_span send, recv;
+        for (int j = 0; j < size; ++j) {
+            if (!in_place) send.add(sendtype, sendcounts[j], std::int64_t{sdispls[j]} * st.extent);
+            recv.add(recvtype, recvcounts[j], std::int64_t{rdispls[j]} * rt.extent);
+        }
+        dev.add(sendbuf, send, true, false);
+        dev.add(recvbuf, recv, in_place, true);
+    }
+    return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         // In place: the data to send are in recvbuf under the receive counts, copied out first.

@@ -347,6 +347,8 @@ std::shared_ptr<const gpu::device_form> runtime::device_form_of(const type_info*
     return device_form_for(*p2p_, memo_, t, count, type);
 }
 
+bool runtime::library_takes_device() const noexcept { return p2p_ != nullptr && p2p_->cuda_aware; }
+
 bool runtime::p2p_live() const noexcept { return p2p_ != nullptr && p2p_->live.load(std::memory_order_acquire) != 0; }
 
 bool runtime::host_run(const void* buf, int count, MPI_Datatype type, int peer) noexcept {

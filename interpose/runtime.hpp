@@ -111,6 +111,8 @@ public:
 
     /// A communicator's topology and collective planner (cached on it as an attribute).
     struct coll_context;
+    /// The device buffers of one collective call, staged through host memory (collectives.cpp).
+    class device_stage;
 
     // Point-to-point (p2p.cpp). A call is shunt's when its buffer is device or managed memory,
     // or host memory holding a non-contiguous supported type that shunt's packer should move:
@@ -255,6 +257,10 @@ private:
     int start_requests(shim s, int n, MPI_Request requests[]) noexcept;
     /// True when some request of shunt's is alive: completion calls are pure pass-through otherwise.
     bool p2p_live() const noexcept;
+    /// True once a device is in use, so that buffers may be device memory (start_p2p decides).
+    bool devices_in_use() const noexcept { return devices_.load(std::memory_order_acquire); }
+    /// True when the MPI library takes device pointers itself (CUDA-aware, or SHUNT_CUDA_AWARE=1).
+    bool library_takes_device() const noexcept;
     void log_type(MPI_Datatype type, const char* event) noexcept;
     void report() noexcept;
 
@@ -283,7 +289,8 @@ private:
     bool settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes) noexcept;
     /// The planner's choice, shunt's schedule (`run`) or the library (`library`), timing, counting.
     template <class Library, class Shunt>
-    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, Library library, Shunt run) noexcept;
+    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, device_stage& dev, Library library,
+                   Shunt run) noexcept;
     void log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, const char* name) noexcept;
 
     const settings& cfg_;

@@ -2,65 +2,17 @@
 // under libshunt.so with SHUNT_PACK forcing each device method: what arrives in device memory must equal what
 // PMPI_Alltoallw / PMPI_Neighbor_alltoallw (the library) deliver between host buffers. A plain MPI + CUDA
 // program (not linked to shunt); exit 77 (skipped) without a CUDA device.
-#include <cuda_runtime.h>
-#include <mpi.h>
+#include "gpu_mpi.hpp"
 
-#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 namespace {
 
-int rank_ = 0, size_ = 1;
+using gpu_test::check_cuda;
+using gpu_test::check_mpi;
 
-[[noreturn]] void fail(const char* what) {
-    std::fprintf(stderr, "gpu_alltoallw rank %d: %s\n", rank_, what);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::abort();
-}
-
-void check_cuda(cudaError_t rc, const char* what) {
-    if (rc != cudaSuccess) fail(what);
-}
-
-void check_mpi(int rc, const char* what) {
-    if (rc != MPI_SUCCESS) fail(what);
-}
-
-void fill(std::vector<unsigned char>& v, unsigned seed) {
-    std::uint32_t x = seed * 2654435761u + 1u;
-    for (auto& b : v) {
-        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-        b = static_cast<unsigned char>(x >> 9);
-    }
-}
-
-/// A buffer of `n` bytes on the device (or the host) holding `init`.
-void* place(const std::vector<unsigned char>& init, bool device) {
-    void* p = nullptr;
-    if (device) {
-        check_cuda(cudaMalloc(&p, init.size()), "cudaMalloc");
-        check_cuda(cudaMemcpy(p, init.data(), init.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-    } else {
-        p = std::malloc(init.size());
-        std::memcpy(p, init.data(), init.size());
-    }
-    return p;
-}
-
-std::vector<unsigned char> take(void* p, std::size_t n, bool device) {
-    std::vector<unsigned char> out(n);
-    if (device) {
-        check_cuda(cudaMemcpy(out.data(), p, n, cudaMemcpyDeviceToHost), "cudaMemcpy");
-        cudaFree(p);
-    } else {
-        std::memcpy(out.data(), p, n);
-        std::free(p);
-    }
-    return out;
-}
+int size_ = 1;
 
 /// One block layout per peer over one buffer: type, count and byte displacement.
 struct side {
@@ -91,42 +43,24 @@ side layout(int p, const std::vector<MPI_Datatype>& types, const std::vector<int
     return s;
 }
 
-int checked = 0;
-
-/// Runs the call through MPI_* with the given buffers on the device and through PMPI_* on host
-/// buffers, and requires equal receive buffers.
+/// gpu_test::compare over the byte spans of two layouts.
 template <class Call, class Oracle>
 void compare(const char* what, const side& s, const side& r, bool send_device, bool recv_device, bool in_place,
              Call call, Oracle oracle) {
-    std::vector<unsigned char> sinit(s.bytes), rinit(r.bytes);
-    fill(sinit, 11u + static_cast<unsigned>(rank_));
-    fill(rinit, 23u + static_cast<unsigned>(rank_));
-    void* sd = in_place ? nullptr : place(sinit, send_device);
-    void* rd = place(rinit, recv_device);
-    call(in_place ? MPI_IN_PLACE : sd, rd);
-    const auto got = take(rd, r.bytes, recv_device);
-    if (sd != nullptr) take(sd, s.bytes, send_device);
-    std::vector<unsigned char> shost = sinit, rhost = rinit;
-    oracle(in_place ? MPI_IN_PLACE : static_cast<void*>(shost.data()), static_cast<void*>(rhost.data()));
-    if (std::memcmp(got.data(), rhost.data(), got.size()) != 0) {
-        std::fprintf(stderr, "gpu_alltoallw rank %d: %s: device result differs from the library's\n", rank_, what);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    ++checked;
+    gpu_test::compare(what, s.bytes, r.bytes, send_device, recv_device, in_place, call, oracle);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    if (!gpu_test::have_device("gpu_alltoallw")) return 77;
     MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    gpu_test::program = "gpu_alltoallw";
+    MPI_Comm_rank(MPI_COMM_WORLD, &gpu_test::rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    check_cuda(cudaSetDevice(rank_ % devices), "cudaSetDevice");
+    int devices = 1;
+    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    check_cuda(cudaSetDevice(gpu_test::rank % devices), "cudaSetDevice");
 
     // Types of 48 doubles each (the signatures match whatever pair meets): a column block, a 3-D
     // subarray face, an indexed type with gaps, a resized vector, and a contiguous one.
@@ -145,10 +79,10 @@ int main(int argc, char** argv) {
 
     for (int big = 0; big < 2; ++big) {  // below and above one-shot's 64 KiB of packed bytes
         std::vector<int> counts(static_cast<std::size_t>(size_));
-        for (int j = 0; j < size_; ++j) counts[static_cast<std::size_t>(j)] = big ? 200 : (j + rank_) % 3;  // some 0
+        for (int j = 0; j < size_; ++j) counts[static_cast<std::size_t>(j)] = big ? 200 : (j + gpu_test::rank) % 3;  // some 0
         // What i sends j is counts_i[j] = (i + j) % 3: symmetric, as MPI_IN_PLACE needs.
-        const side s = layout(size_, pool, counts, rank_);
-        const side r = layout(size_, pool, counts, rank_ + 2);
+        const side s = layout(size_, pool, counts, gpu_test::rank);
+        const side r = layout(size_, pool, counts, gpu_test::rank + 2);
         for (int way = 0; way < 4; ++way) {  // device to device, host to device, device to host, in place
             const bool sdev = way != 1, rdev = way != 2, in_place = way == 3;
             char what[96];
@@ -189,7 +123,7 @@ int main(int argc, char** argv) {
         MPI_Comm_free(&ring);
     }
 
-    if (rank_ == 0) std::printf("gpu_alltoallw: %d calls, device equal to the library on host\n", checked);
+    if (gpu_test::rank == 0) std::printf("gpu_alltoallw: %d calls, device equal to the library on host\n", gpu_test::checked);
     for (MPI_Datatype* t : {&col, &face, &idx, &wide, &flat}) MPI_Type_free(t);
     MPI_Finalize();
     return 0;

@@ -2,8 +2,7 @@
 // under libshunt.so with SHUNT_PACK forcing each device method: what arrives in device memory must equal
 // what the same calls deliver between host buffers. A plain MPI + CUDA program (not linked to shunt);
 // exit 77 (skipped) without a CUDA device.
-#include <cuda_runtime.h>
-#include <mpi.h>
+#include "gpu_mpi.hpp"
 
 #include <cstdint>
 #include <cstdio>
@@ -13,21 +12,10 @@
 
 namespace {
 
-int rank_ = 0;
-
-[[noreturn]] void fail(const char* what) {
-    std::fprintf(stderr, "gpu_p2p rank %d: %s\n", rank_, what);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    std::abort();
-}
-
-void check_cuda(cudaError_t rc, const char* what) {
-    if (rc != cudaSuccess) fail(what);
-}
-
-void check_mpi(int rc, const char* what) {
-    if (rc != MPI_SUCCESS) fail(what);
-}
+using gpu_test::check_cuda;
+using gpu_test::check_mpi;
+using gpu_test::fail;
+using gpu_test::fill;
 
 struct test_type {
     const char* name;
@@ -43,14 +31,6 @@ std::size_t span_of(MPI_Datatype t, int count) {
     return static_cast<std::size_t>(tlb + textent + (count - 1) * extent);
 }
 
-void fill(std::vector<unsigned char>& v, unsigned seed) {
-    std::uint32_t x = seed * 2654435761u + 1u;
-    for (auto& b : v) {
-        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-        b = static_cast<unsigned char>(x >> 9);
-    }
-}
-
 /// One exchange 0 -> 1 by `way` (0 Send/Recv, 1 Isend/Irecv + Wait, 2 Sendrecv both ways, 3 two
 /// persistent sends of the buffer started by one MPI_Startall, which shunt packs in one fused
 /// launch, into two persistent receives) with host or device buffers; returns what rank 1 (and
@@ -58,7 +38,7 @@ void fill(std::vector<unsigned char>& v, unsigned seed) {
 std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
     const std::size_t n = span_of(t.type, t.count);
     std::vector<unsigned char> out(n), in(n);
-    fill(out, 100u + static_cast<unsigned>(rank_) + static_cast<unsigned>(way));
+    fill(out, 100u + static_cast<unsigned>(gpu_test::rank) + static_cast<unsigned>(way));
     fill(in, 7u);
     void* sbuf = out.data();
     void* rbuf = in.data();
@@ -74,7 +54,7 @@ std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
         MPI_Request rq[2];
         void* second = nullptr;
         std::vector<unsigned char> copy(n);
-        if (rank_ == 0) {
+        if (gpu_test::rank == 0) {
             for (int k = 0; k < 2; ++k)
                 check_mpi(MPI_Send_init(sbuf, t.count, t.type, 1, 30 + k, MPI_COMM_WORLD, &rq[k]), "MPI_Send_init");
         } else {
@@ -91,7 +71,7 @@ std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
         check_mpi(MPI_Startall(2, rq), "MPI_Startall");
         check_mpi(MPI_Waitall(2, rq, MPI_STATUSES_IGNORE), "MPI_Waitall");
         for (auto& r : rq) check_mpi(MPI_Request_free(&r), "MPI_Request_free");
-        if (rank_ == 1) {
+        if (gpu_test::rank == 1) {
             // Both receives hold the same message.
             std::vector<unsigned char> a(n), b(n);
             if (device) {
@@ -104,7 +84,7 @@ std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
             if (a != b) fail("the two persistent receives of one MPI_Startall differ");
         }
     } else if (way == 0 || way == 1) {
-        if (rank_ == 0) {
+        if (gpu_test::rank == 0) {
             if (way == 0) {
                 check_mpi(MPI_Send(sbuf, t.count, t.type, 1, way, MPI_COMM_WORLD), "MPI_Send");
             } else {
@@ -124,7 +104,7 @@ std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
             if (got != t.count) fail("MPI_Get_count with the original type");
         }
     } else {
-        const int peer = 1 - rank_;
+        const int peer = 1 - gpu_test::rank;
         check_mpi(MPI_Sendrecv(sbuf, t.count, t.type, peer, way, rbuf, t.count, t.type, peer, way, MPI_COMM_WORLD, &st),
                   "MPI_Sendrecv");
     }
@@ -139,17 +119,15 @@ std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int devices = 0;
-    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-        std::printf("no CUDA device: skipped\n");
-        return 77;
-    }
+    if (!gpu_test::have_device("gpu_p2p")) return 77;
     MPI_Init(&argc, &argv);
-    int size = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    gpu_test::program = "gpu_p2p";
+    int size = 0, devices = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &gpu_test::rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size != 2) fail("run at 2 ranks");
-    check_cuda(cudaSetDevice(rank_ % devices), "cudaSetDevice");
+    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    check_cuda(cudaSetDevice(gpu_test::rank % devices), "cudaSetDevice");
 
     // A 2-D column block of a row-major matrix, a 3-D subarray face (below ONE_SHOT's 64 KiB),
     // a large 3-D slab (STAGED), and an indexed type with gaps.
@@ -169,13 +147,13 @@ int main(int argc, char** argv) {
         for (int way = 0; way < 4; ++way) {
             const auto host = exchange(t, way, false);
             const auto dev = exchange(t, way, true);
-            if ((rank_ == 1 || way == 2) && std::memcmp(host.data(), dev.data(), host.size()) != 0) {
-                std::fprintf(stderr, "gpu_p2p rank %d: %s way %d: device result differs from host\n", rank_, t.name, way);
+            if ((gpu_test::rank == 1 || way == 2) && std::memcmp(host.data(), dev.data(), host.size()) != 0) {
+                std::fprintf(stderr, "gpu_p2p rank %d: %s way %d: device result differs from host\n", gpu_test::rank, t.name, way);
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
             ++checked;
         }
-    if (rank_ == 0) std::printf("gpu_p2p: %d exchanges, device equal to host\n", checked);
+    if (gpu_test::rank == 0) std::printf("gpu_p2p: %d exchanges, device equal to host\n", checked);
     for (MPI_Datatype* t : {&col, &face, &slab, &idx}) MPI_Type_free(t);
     MPI_Finalize();
     return 0;
