@@ -95,8 +95,8 @@ int main(int argc, char** argv) {
     cli line("bench-alltoallw",
              "Times the MPI library's MPI_Neighbor_alltoallw and MPI_Alltoallw (PMPI_*) against shunt's (MPI_* in\n"
              "libshunt: every non-contiguous block packed by shunt's host packer in one pass, the bytes moved by\n"
-             "the library's alltoallv), in one job on MPI_COMM_WORLD, after checking that both deliver the same\n"
-             "bytes.");
+             "the library's own call with byte types), in one job on MPI_COMM_WORLD, after checking that both\n"
+             "deliver the same bytes.");
     line.flag("--quick", "small sizes for a CI smoke test, 3 trials", [&] { quick = true; });
     line.epilog(
         "Rows: halo/N, one MPI_Neighbor_alltoallw of the six faces (subarray types) of an N^3 field of\n"

@@ -1,4 +1,4 @@
-// interpose/alltoallw.cpp: MPI_Alltoallw and MPI_Neighbor_alltoallw: every block packed in one fused pass into one staging buffer, the bytes moved by the library's alltoallv, every received block unpacked in one pass.
+// interpose/alltoallw.cpp: MPI_Alltoallw and MPI_Neighbor_alltoallw: every block packed in one fused pass into one staging buffer, the bytes moved by the library's own call with byte types, every received block unpacked in one pass.
 #include "runtime.hpp"
 
 #include <shunt/errors.hpp>
@@ -24,10 +24,11 @@
 namespace shunt::detail {
 
 // The decision. Every rank of a communicator must take the same path: shunt's exchange is the
-// library's MPI_Alltoallv (MPI_Neighbor_alltoallv) of bytes, and one rank in PMPI_Alltoallw while
-// another is in PMPI_Alltoallv is erroneous MPI. What a rank knows alone (its own datatypes and
-// buffers) differs between ranks, and the byte counts differ per rank and per peer, so there is
-// no size class to key on: one decision per communicator and operation, as for MPI_Alltoallv.
+// library's MPI_Alltoallw (MPI_Neighbor_alltoallw) of byte types, and one rank passing its typed
+// blocks while another passes bytes breaks MPI's rule of matching type signatures. What a rank
+// knows alone (its own datatypes and buffers) differs between ranks, and the byte counts differ
+// per rank and per peer, so there is no size class to key on: one decision per communicator and
+// operation, as for MPI_Alltoallv.
 // The collective planner keys its decisions by coll_op, which has no entry for these two, so the
 // decision is kept here, in the planner's manner: the first call agrees, with one
 // PMPI_Allreduce, on whether any rank has data shunt's packing has work on (a block with gaps,
@@ -38,9 +39,10 @@ namespace shunt::detail {
 // agreed (the slowest rank's) and shunt's path is kept only when faster by `w_margin`. Calls on
 // a communicator come in the same order on every rank, so every rank measures the same calls.
 // SHUNT_COLL=shunt takes shunt's path without agreeing, SHUNT_COLL=library (and SHUNT_DISABLE)
-// the library's. The remaining rank-local pass-throughs after a decision for shunt are
-// erroneous calls (negative counts, invalid types) and, on one rank's own, a side over 2 GiB
-// (the library's alltoallv counts bytes in ints).
+// the library's. The only rank-local pass-throughs after a decision for shunt are erroneous
+// calls (negative counts, invalid types) and internal failures (no memory): sizes are no reason,
+// since a block of more than INT_MAX bytes, or beyond INT_MAX bytes from the exchange's base,
+// travels as one element of a byte type made for the call.
 
 struct runtime::w_side {
     struct block {
@@ -59,6 +61,7 @@ struct runtime::w_side {
     ~w_side() {
         gpu::pool_release(staging);
         gpu::pool_release(scratch);
+        for (MPI_Datatype& t : made) PMPI_Type_free(&t);
     }
     w_side(const w_side&) = delete;
     w_side& operator=(const w_side&) = delete;
@@ -70,9 +73,14 @@ struct runtime::w_side {
     bool gaps = false;       ///< some block is not dense: packing has work to do
     bool unknown = false;    ///< some block's datatype is unknown to shunt
     device_way way = device_way::host;
-    // What the library's alltoallv is given: base and, per peer, bytes and their offset from base.
+    // What the library's byte exchange is given: base and, per peer, a count of a byte type at a
+    // byte offset from base (MPI_BYTE, or for a block out of int range one element of a type made
+    // for the call, its offset inside the type).
     std::byte* base = nullptr;
     std::vector<int> counts, displs;
+    std::vector<MPI_Aint> aint_displs;
+    std::vector<MPI_Datatype> types;
+    std::vector<MPI_Datatype> made;  ///< the types made for this call, freed with the side
     gpu::pool_block staging{}, scratch{};  ///< host/pinned or device staging; device scratch (staged)
 };
 
@@ -128,8 +136,8 @@ w_decisions* decisions_of(MPI_Comm comm) {
 
 /// The blocks of one side of the call for p peers (`skip[j]`: peer j is MPI_PROC_NULL), their
 /// types looked up by `find` (the runtime's type memo). Anything the library must judge itself
-/// (a negative count, an invalid datatype) is bad_argument; a block or the side over INT_MAX
-/// bytes is too_large.
+/// (a negative count, an invalid datatype) is bad_argument; a block of more bytes than 64 bits
+/// count is too_large.
 template <class Displ, class Find>
 pass_reason describe(runtime::w_side& side, int p, const int counts[], const Displ displs[],
                      const MPI_Datatype types[], const std::vector<char>& skip, Find find) {
@@ -156,31 +164,48 @@ pass_reason describe(runtime::w_side& side, int p, const int counts[], const Dis
                 return pass_reason::bad_argument;
             size = static_cast<std::int64_t>(s);
         }
-        if (__builtin_mul_overflow(std::int64_t{c}, size, &b.bytes) || b.bytes > INT_MAX) return pass_reason::too_large;
+        if (__builtin_mul_overflow(std::int64_t{c}, size, &b.bytes) ||
+            __builtin_add_overflow(side.total, b.bytes, &side.total))
+            return pass_reason::too_large;
         if (b.bytes == 0) continue;
-        side.total += b.bytes;
         side.gaps = side.gaps || !b.dense;
         side.unknown = side.unknown || b.info == nullptr;
     }
-    if (side.total > INT_MAX) return pass_reason::too_large;
     return pass_reason::none;
 }
 
+/// `bytes` bytes at byte offset `offset` as one element of a type made for the call: pieces of at
+/// most 1 GiB of MPI_BYTE at 64-bit displacements (freed with the side).
+MPI_Datatype byte_run(runtime::w_side& s, std::int64_t offset, std::int64_t bytes) {
+    constexpr std::int64_t piece = std::int64_t{1} << 30;
+    const std::int64_t n = (bytes + piece - 1) / piece;
+    std::vector<int> lengths(static_cast<std::size_t>(n));
+    std::vector<MPI_Aint> displs(static_cast<std::size_t>(n));
+    for (std::int64_t k = 0; k < n; ++k) {
+        lengths[static_cast<std::size_t>(k)] = static_cast<int>(std::min(piece, bytes - k * piece));
+        displs[static_cast<std::size_t>(k)] = static_cast<MPI_Aint>(offset + k * piece);
+    }
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    SHUNT_CHECK_MPI(PMPI_Type_create_hindexed(static_cast<int>(n), lengths.data(), displs.data(), MPI_BYTE, &t));
+    s.made.push_back(t);  // reserved by the caller: no throw between the creation and the push
+    SHUNT_CHECK_MPI(PMPI_Type_commit(&s.made.back()));
+    return t;
+}
+
 /// Places the blocks for the library: dense blocks of host memory in place (unless copied out),
-/// the rest in a staging block, all addressed from the lowest address with int offsets; every
-/// block staged when the in-place ones lie too far apart. Device buffers: in place only on a
-/// CUDA-aware MPI with every block dense, else all staged (device memory for a CUDA-aware MPI,
-/// mapped pinned memory for one-shot, pinned memory and device scratch for staged).
-void place(runtime::w_side& s, bool staging_only) {
+/// the rest in a staging block, all addressed from the lowest address: MPI_BYTE at an int offset
+/// where both the length and the offset fit in an int, else one element of a byte_run type.
+/// Device buffers: in place only on a CUDA-aware MPI with every block dense, else all staged
+/// (device memory for a CUDA-aware MPI, mapped pinned memory for one-shot, pinned memory and
+/// device scratch for staged).
+void place(runtime::w_side& s) {
     using way = runtime::device_way;
     const auto p = s.blocks.size();
-    s.counts.assign(std::max<std::size_t>(p, 1), 0);
-    s.displs.assign(std::max<std::size_t>(p, 1), 0);
     const bool device = s.way != way::host;
     const bool all_direct_device = s.way == way::device && !s.gaps && !s.copy;
     std::int64_t staged = 0;
     for (auto& b : s.blocks) {
-        b.direct = !staging_only && b.bytes > 0 && (device ? all_direct_device : b.dense && !s.copy);
+        b.direct = b.bytes > 0 && (device ? all_direct_device : b.dense && !s.copy);
         if (b.bytes > 0 && !b.direct) {
             b.offset = staged;
             staged += b.bytes;
@@ -194,28 +219,35 @@ void place(runtime::w_side& s, bool staging_only) {
     auto* stage = static_cast<std::byte*>(s.staging.ptr);
     auto where = [&](const runtime::w_side::block& b) { return b.direct ? b.at : stage + b.offset; };
     std::byte* lo = nullptr;
-    std::byte* hi = nullptr;
+    std::size_t runs = 0;  // blocks out of int range
     for (const auto& b : s.blocks) {
         if (b.bytes == 0) continue;
         if (lo == nullptr || where(b) < lo) lo = where(b);
-        if (hi == nullptr || where(b) + b.bytes > hi) hi = where(b) + b.bytes;
     }
-    if (lo != nullptr && hi - lo > INT_MAX) {
-        if (staging_only) throw unsupported("the staged blocks span more than INT_MAX bytes");
-        gpu::pool_release(s.staging);
-        gpu::pool_release(s.scratch);
-        s.staging = s.scratch = gpu::pool_block{};
-        return place(s, true);
-    }
+    for (const auto& b : s.blocks)
+        if (b.bytes > 0 && (b.bytes > INT_MAX || where(b) - lo > INT_MAX)) ++runs;
     // The base the library gets: the lowest block; when nothing moves, the application's buffer
     // (in place: an address of shunt's own, as the send side must not be the receive buffer).
     static std::byte nothing[1];
     s.base = lo != nullptr ? lo : s.copy ? nothing : s.buf;
+    const std::size_t n = std::max<std::size_t>(p, 1);
+    s.counts.assign(n, 0);
+    s.displs.assign(n, 0);
+    s.aint_displs.assign(n, 0);
+    s.types.assign(n, MPI_BYTE);
+    s.made.reserve(runs);
     for (std::size_t j = 0; j < p; ++j) {
         const auto& b = s.blocks[j];
         if (b.bytes == 0) continue;
-        s.counts[j] = static_cast<int>(b.bytes);
-        s.displs[j] = static_cast<int>(where(b) - lo);
+        const std::int64_t offset = where(b) - lo;
+        if (b.bytes <= INT_MAX && offset <= INT_MAX) {
+            s.counts[j] = static_cast<int>(b.bytes);
+            s.displs[j] = static_cast<int>(offset);
+            s.aint_displs[j] = static_cast<MPI_Aint>(offset);
+        } else {
+            s.types[j] = byte_run(s, offset, b.bytes);
+            s.counts[j] = 1;
+        }
     }
 }
 
@@ -247,9 +279,7 @@ void pack_side(runtime::w_side& s, MPI_Comm comm) {
             if (pack_host(b.info->form, b.info->extent, b.count, b.at, out) != b.bytes)
                 throw error("the host packer packed a block short");
         } else {
-            int pos = 0;
-            SHUNT_CHECK_MPI(PMPI_Pack(b.at, b.count, b.type, out, static_cast<int>(b.bytes), &pos, comm));
-            if (pos != b.bytes) throw error("the library's packed form is not the raw data (heterogeneous build?)");
+            library_move(true, b.at, b.count, b.type, out, comm);
         }
     }
 }
@@ -283,8 +313,7 @@ void unpack_side(runtime::w_side& s, MPI_Comm comm) {
             if (unpack_host(b.info->form, b.info->extent, b.count, in, b.at) != b.bytes)
                 throw error("the host packer unpacked a block short");
         } else {
-            int pos = 0;
-            SHUNT_CHECK_MPI(PMPI_Unpack(in, static_cast<int>(b.bytes), &pos, b.at, b.count, b.type, comm));
+            library_move(false, b.at, b.count, b.type, const_cast<std::byte*>(in), comm);
         }
     }
 }
@@ -392,8 +421,8 @@ int runtime::fused_exchange(shim s, MPI_Comm comm, w_side& send, w_side& recv, P
             for (auto& b : side->blocks)
                 if (b.bytes > 0) b.form = device_form_of(b.info, b.count, b.type);
         }
-        place(send, false);
-        place(recv, false);
+        place(send);
+        place(recv);
         pack_side(send, comm);
     } catch (const mpi_error& e) {
         // The library's MPI_Pack on comm rejected a type shunt does not know (its error handler
@@ -456,8 +485,8 @@ int runtime::alltoallw(const void* sendbuf, const int sendcounts[], const int sd
         if (why == pass_reason::none) why = describe(recv, size, recvcounts, rdispls, recvtypes, none, find);
         if (why != pass_reason::none) return pass(why);
         return fused_collective(shim::alltoallw, comm, send, recv, library, [&](w_side& out, w_side& in) {
-            return PMPI_Alltoallv(out.base, out.counts.data(), out.displs.data(), MPI_BYTE, in.base, in.counts.data(),
-                                  in.displs.data(), MPI_BYTE, comm);
+            return PMPI_Alltoallw(out.base, out.counts.data(), out.displs.data(), out.types.data(), in.base,
+                                  in.counts.data(), in.displs.data(), in.types.data(), comm);
         });
     } catch (const std::exception& e) {
         internal_failure(shim::alltoallw, e.what());
@@ -514,8 +543,8 @@ int runtime::neighbor_alltoallw(const void* sendbuf, const int sendcounts[], con
         if (why == pass_reason::none) why = describe(recv, in, recvcounts, rdispls, recvtypes, null_in, find);
         if (why != pass_reason::none) return pass(why);
         return fused_collective(shim::neighbor_alltoallw, comm, send, recv, library, [&](w_side& o, w_side& i) {
-            return PMPI_Neighbor_alltoallv(o.base, o.counts.data(), o.displs.data(), MPI_BYTE, i.base,
-                                           i.counts.data(), i.displs.data(), MPI_BYTE, comm);
+            return PMPI_Neighbor_alltoallw(o.base, o.counts.data(), o.aint_displs.data(), o.types.data(), i.base,
+                                           i.counts.data(), i.aint_displs.data(), i.types.data(), comm);
         });
     } catch (const std::exception& e) {
         internal_failure(shim::neighbor_alltoallw, e.what());

@@ -41,6 +41,28 @@ namespace shunt::detail {
 // (the type signatures match), and the planner's agreed choice. What differs between ranks (a
 // datatype with gaps on one rank, dense on another) is bridged locally by packing.
 
+void library_move(bool pack, void* typed, std::int64_t count, MPI_Datatype type, std::byte* packed, MPI_Comm comm) {
+    MPI_Count size = 0;
+    SHUNT_CHECK_MPI(PMPI_Type_size_x(type, &size));
+    MPI_Aint lb = 0, extent = 0;
+    SHUNT_CHECK_MPI(PMPI_Type_get_extent(type, &lb, &extent));
+    const std::int64_t per = std::max<std::int64_t>(1, std::min<std::int64_t>(INT_MAX, INT_MAX / std::max<MPI_Count>(size, 1)));
+    std::int64_t done = 0;
+    while (done < count) {
+        const int n = static_cast<int>(std::min(per, count - done));
+        auto* at = static_cast<char*>(typed) + done * static_cast<std::int64_t>(extent);
+        std::byte* bytes = packed + done * size;
+        const int room = static_cast<int>(n * size);
+        int pos = 0;
+        if (pack)
+            SHUNT_CHECK_MPI(PMPI_Pack(at, n, type, bytes, room, &pos, comm));
+        else
+            SHUNT_CHECK_MPI(PMPI_Unpack(bytes, room, &pos, at, n, type, comm));
+        if (pos != room) throw error("the library's packed form is not the raw data (heterogeneous build?)");
+        done += n;
+    }
+}
+
 /// A communicator's state for collectives: its topology and planner, or why it has none.
 struct runtime::coll_context {
     bool usable = false;
@@ -131,26 +153,7 @@ private:
                                              std::to_string(bytes_) + " bytes");
             return;
         }
-        // The library's, in pieces of at most INT_MAX elements and bytes.
-        MPI_Count size = 0;
-        SHUNT_CHECK_MPI(PMPI_Type_size_x(type_, &size));
-        MPI_Aint lb = 0, extent = 0;
-        SHUNT_CHECK_MPI(PMPI_Type_get_extent(type_, &lb, &extent));
-        const std::int64_t per = std::max<std::int64_t>(1, std::min<std::int64_t>(INT_MAX, INT_MAX / std::max<MPI_Count>(size, 1)));
-        std::int64_t done = 0;
-        while (done < count_) {
-            const int n = static_cast<int>(std::min(per, count_ - done));
-            auto* typed = static_cast<char*>(buf_) + done * static_cast<std::int64_t>(extent);
-            std::byte* packed = data_ + done * size;
-            const int room = static_cast<int>(n * size);
-            int pos = 0;
-            if (pack)
-                SHUNT_CHECK_MPI(PMPI_Pack(typed, n, type_, packed, room, &pos, MPI_COMM_SELF));
-            else
-                SHUNT_CHECK_MPI(PMPI_Unpack(packed, room, &pos, typed, n, type_, MPI_COMM_SELF));
-            if (pos != room) throw error("the library's packed form is not the raw data (heterogeneous build?)");
-            done += n;
-        }
+        library_move(pack, buf_, count_, type_, data_, MPI_COMM_SELF);
     }
 
     void* buf_;

@@ -42,6 +42,12 @@ private:
     bool outermost_;
 };
 
+/// Packs (`pack`) or unpacks `count` elements of `type` at `typed` to or from their raw bytes at
+/// `packed` with the library's MPI_Pack / MPI_Unpack on `comm`, in pieces of at most INT_MAX
+/// elements and bytes: how shunt moves a datatype it does not know. Throws mpi_error (the
+/// library's error handler has run), or error where the packed form is not the raw data.
+void library_move(bool pack, void* typed, std::int64_t count, MPI_Datatype type, std::byte* packed, MPI_Comm comm);
+
 /// Everything the shims delegate to, built lazily once. Every member is noexcept: shunt's
 /// failures are logged once and the call goes to the library; the library's return code is
 /// returned unchanged. Thread-safe under MPI_THREAD_MULTIPLE.
@@ -86,8 +92,8 @@ public:
     int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) noexcept;
     // MPI_Alltoallw and MPI_Neighbor_alltoallw (alltoallw.cpp): every block packed in one fused
-    // pass, the bytes moved by the library's alltoallv, every block unpacked in one pass; one
-    // decision per communicator, agreed by all ranks on its first call.
+    // pass, the bytes moved by the library's own call with byte types, every block unpacked in
+    // one pass; one decision per communicator, agreed by all ranks on its first call.
     int alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[],
                   void* recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[],
                   MPI_Comm comm) noexcept;
@@ -244,7 +250,7 @@ private:
     int fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv, Library library,
                          Exchange exchange) noexcept;
     /// shunt's path: pack every send block in one pass, `exchange(send, recv)` (the library's
-    /// alltoallv of bytes), unpack every received block in one pass; `pass(why)` where it
+    /// call with byte types), unpack every received block in one pass; `pass(why)` where it
     /// cannot. Counted as handled unless `counted` is false (alltoallw.cpp).
     template <class Pass, class Exchange>
     int fused_exchange(shim s, MPI_Comm comm, w_side& send, w_side& recv, Pass pass, Exchange exchange,
