@@ -60,7 +60,7 @@ struct runtime::p2p_request {
     bool unpacked = false;  ///< a receive whose data MPI_Request_get_status already unpacked
     shim origin = shim::isend;
     void* buf = nullptr;            ///< the application's buffer (const for sends)
-    MPI_Comm comm = MPI_COMM_NULL;  ///< receives: the communicator (MPI_COMM_NULL for MPI_Imrecv)
+    MPI_Comm comm = MPI_COMM_NULL;  ///< the communicator (MPI_COMM_NULL for MPI_Imrecv)
     p2p_plan plan;
     gpu::pool_block block;
 };
@@ -116,8 +116,10 @@ std::int64_t written_bytes(int rc, const MPI_Status& st, std::int64_t capacity, 
 #if defined(MPICH_VERSION)
     // MPICH 4.0 (ch4) drops a truncated message from another process (nothing written, the
     // status count unreliable) but copies the first bytes of one a process sent itself.
-    int me = MPI_PROC_NULL;
-    const bool self = comm != MPI_COMM_NULL && PMPI_Comm_rank(comm, &me) == MPI_SUCCESS && st.MPI_SOURCE == me;
+    // On an inter-communicator the source is a rank of the other group: never this process.
+    int me = MPI_PROC_NULL, inter = 1;
+    const bool self = comm != MPI_COMM_NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter &&
+                      PMPI_Comm_rank(comm, &me) == MPI_SUCCESS && st.MPI_SOURCE == me;
     return self ? capacity : 0;
 #else
     // Open MPI 4.1 fills the receive buffer with the first bytes of the message (the status
@@ -126,6 +128,34 @@ std::int64_t written_bytes(int rc, const MPI_Status& st, std::int64_t capacity, 
     (void)comm;
     return capacity;
 #endif
+}
+
+/// `call()` (the library's test or wait of a request the application freed) without error
+/// handlers: the error is the request's alone, which the application can no longer see, and
+/// without shunt the library drops it (a fatal handler must not abort the job from an unrelated
+/// call). MPI_ERRORS_RETURN is set for the call, and the handlers restored after, on the
+/// request's communicator and on MPI_COMM_WORLD, where MPICH 4.0 raises errors of MPI_Test and
+/// MPI_Wait; other threads using either may see it meanwhile.
+template <class Call>
+int without_errhandler(MPI_Comm comm, Call call) {
+    struct quiet {
+        MPI_Comm comm;
+        MPI_Errhandler old = MPI_ERRHANDLER_NULL;
+        bool swapped = false;
+        explicit quiet(MPI_Comm c) : comm(c) {
+            swapped = c != MPI_COMM_NULL && PMPI_Comm_get_errhandler(c, &old) == MPI_SUCCESS &&
+                      PMPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN) == MPI_SUCCESS;
+        }
+        ~quiet() {
+            if (swapped) PMPI_Comm_set_errhandler(comm, old);
+            if (old != MPI_ERRHANDLER_NULL) PMPI_Errhandler_free(&old);
+        }
+        quiet(const quiet&) = delete;
+        quiet& operator=(const quiet&) = delete;
+    };
+    const quiet world(MPI_COMM_WORLD);
+    const quiet own(comm == MPI_COMM_WORLD ? MPI_COMM_NULL : comm);
+    return call();
 }
 
 /// A data block for `plan`'s packed bytes: device memory for DEVICE, pinned (plain host memory
@@ -575,6 +605,7 @@ int runtime::isend(shim s, send_mode m, const void* buf, int count, MPI_Datatype
     }
     r.origin = s;
     r.buf = const_cast<void*>(buf);
+    r.comm = comm;
     count_done(direction::send, r.plan.bytes);
     stats_.add(counter_index::shim_handled(s));
     try {
@@ -605,6 +636,7 @@ int runtime::send_init(shim s, send_mode m, const void* buf, int count, MPI_Data
         r.persistent = true;
         r.origin = s;
         r.buf = const_cast<void*>(buf);
+        r.comm = comm;
         const int rc =
             send_init_call(m, r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, dest, tag, comm, request);
         if (rc != MPI_SUCCESS) {
@@ -1069,7 +1101,7 @@ void runtime::progress_detached() noexcept {
     for (auto& [h, r] : mine) {
         int flag = 0;
         MPI_Status st;
-        const int rc = PMPI_Test(&h, &flag, &st);
+        const int rc = without_errhandler(r.comm, [&] { return PMPI_Test(&h, &flag, &st); });
         if (!flag && rc == MPI_SUCCESS) {
             try {
                 left.emplace_back(h, std::move(r));
@@ -1111,10 +1143,10 @@ void runtime::drain_p2p() noexcept {
         // matched one completes anyway, and its data is unpacked).
         int rc = MPI_SUCCESS;
         if (r.receive) {
-            rc = PMPI_Test(&h, &flag, &st);
+            rc = without_errhandler(r.comm, [&] { return PMPI_Test(&h, &flag, &st); });
             if (rc == MPI_SUCCESS && !flag) PMPI_Cancel(&h);
         }
-        if (!flag) rc = PMPI_Wait(&h, &st);
+        if (!flag) rc = without_errhandler(r.comm, [&] { return PMPI_Wait(&h, &st); });
         finish(shim::finalize, r, st, rc, MPI_REQUEST_NULL);
         if (r.persistent) {
             PMPI_Request_free(&h);
@@ -1295,12 +1327,6 @@ int runtime::request_free(MPI_Request* request) noexcept {
             inactive = it->second.persistent && !it->second.active;
             r = std::move(it->second);
             p2p_->requests.erase(it);
-            if (!inactive) {
-                // Active: the transfer goes on in the library. Keep the handle, test it in later
-                // calls and finish it (unpack, release) when it completes; MPI_Finalize waits for it.
-                p2p_->detached.emplace_back(*request, std::move(r));
-                p2p_->detached_n.store(p2p_->detached.size(), std::memory_order_release);
-            }
             p2p_->update_live();
         }
     } catch (...) {
@@ -1309,13 +1335,38 @@ int runtime::request_free(MPI_Request* request) noexcept {
     }
     if (!ours) return PMPI_Request_free(request);
     stats_.add(counter_index::shim_handled(shim::request_free));
-    if (!inactive) {
-        *request = MPI_REQUEST_NULL;
+    if (inactive) {
+        const int rc = PMPI_Request_free(request);
+        gpu::pool_release(r.block);
+        return rc;
+    }
+    // Active. Finished already: finish it now (a receive's data belongs in the application's
+    // buffer as soon as it has arrived). Else the transfer goes on in the library: keep the
+    // handle, test it in later calls and finish it (unpack, release) when it completes;
+    // MPI_Finalize waits for it.
+    MPI_Request h = *request;
+    *request = MPI_REQUEST_NULL;
+    int flag = 0;
+    MPI_Status st;
+    const int rc = without_errhandler(r.comm, [&] { return PMPI_Test(&h, &flag, &st); });
+    if (flag || rc != MPI_SUCCESS) {
+        finish(shim::request_free, r, st, rc, MPI_REQUEST_NULL);
+        if (r.persistent) {
+            PMPI_Request_free(&h);
+            gpu::pool_release(r.block);
+        }
         return MPI_SUCCESS;
     }
-    const int rc = PMPI_Request_free(request);
-    gpu::pool_release(r.block);
-    return rc;
+    try {
+        const std::lock_guard lock(p2p_->mutex);
+        p2p_->detached.emplace_back(h, std::move(r));
+        p2p_->detached_n.store(p2p_->detached.size(), std::memory_order_release);
+        p2p_->update_live();
+    } catch (...) {
+        internal_failure(shim::request_free, "cannot keep a freed request");
+        PMPI_Request_free(&h);  // the library finishes the transfer; its block is never reused
+    }
+    return MPI_SUCCESS;
 }
 
 int runtime::cancel(MPI_Request* request) noexcept {

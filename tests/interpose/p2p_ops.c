@@ -439,9 +439,63 @@ static void edges(const tcase* c, MPI_Comm comm) {
     SHUNT_TEST_REQUIRE(mark_in == left, "mark");
     if (!eager) SHUNT_TEST_MPI(MPI_Wait(&freq, MPI_STATUS_IGNORE));
     check_data("freed receive", c, &fr, 14u, seed_of(left, 70), c->count);
+
+    /* A freed receive that ends in truncation, under the default (fatal) error handler: the
+     * library drops the error of a freed request, so nothing may abort in the calls after
+     * (regression: shunt tested the freed request in a later call and raised it there). Not to
+     * self: MPICH 4.0 raises a self-message's truncation on the blocking send too. */
+    if (size > 1 && c->count >= 2 && eager) {
+        SHUNT_TEST_MPI(MPI_Irecv(fr.base, c->count - 1, c->type, left, 77, comm, &freq));
+        SHUNT_TEST_MPI(MPI_Request_free(&freq));
+        SHUNT_TEST_MPI(MPI_Send(s.base, c->count, c->type, right, 77, comm));
+        SHUNT_TEST_MPI(MPI_Barrier(comm));
+        for (int k = 0; k < 3; ++k) {
+            SHUNT_TEST_MPI(MPI_Sendrecv(&mark_out, 1, MPI_INT, right, 78, &mark_in, 1, MPI_INT, left, 78, comm, &st));
+            SHUNT_TEST_MPI(MPI_Sendrecv(s.base, c->count, c->type, right, 79, r.base, c->count, c->type, left, 79, comm, &st));
+        }
+        note("after a freed truncated receive", mark_in);
+    }
     free(fr.alloc);
     free(r.alloc);
     free(s.alloc);
+}
+
+/* A truncated receive on an inter-communicator (pairs of ranks, each alone in its group), under
+ * MPI_ERRORS_RETURN, after a first message that fits: what lands in the buffer must be the
+ * library's (regression: MPICH's truncated receive was judged a message to self, where the
+ * source rank, one of the other group, equalled this rank, and shunt unpacked a stale block). */
+static void intercomm_truncation(MPI_Datatype vec) {
+    if (size < 2) return;
+    const int partner = rank ^ 1;
+    MPI_Comm local, inter;
+    SHUNT_TEST_MPI(MPI_Comm_split(MPI_COMM_WORLD, rank, 0, &local));
+    if (partner < size) {
+        SHUNT_TEST_MPI(MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, partner, 7, &inter));
+        SHUNT_TEST_MPI(MPI_Comm_set_errhandler(inter, MPI_ERRORS_RETURN));
+        SHUNT_TEST_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        int out[64], in[64];
+        for (int i = 0; i < 64; ++i) out[i] = 1000 * (rank + 1) + i;
+        if (rank % 2 == 1) {
+            SHUNT_TEST_MPI(MPI_Send(out, 2, vec, 0, 1, inter)); /* fits */
+            SHUNT_TEST_MPI(MPI_Send(out + 1, 3, vec, 0, 2, inter)); /* one element too many */
+        } else {
+            MPI_Status st;
+            for (int i = 0; i < 64; ++i) in[i] = -1;
+            int cls = -1, rc = MPI_Recv(in, 2, vec, 0, 1, inter, &st);
+            MPI_Error_class(rc, &cls);
+            note("inter first class", cls);
+            hash = test_hash(hash, in, sizeof in);
+            for (int i = 0; i < 64; ++i) in[i] = -1;
+            rc = MPI_Recv(in, 2, vec, 0, 2, inter, &st);
+            MPI_Error_class(rc, &cls);
+            note("inter truncated class", cls);
+            SHUNT_TEST_REQUIRE(cls == MPI_ERR_TRUNCATE, "inter-communicator truncation gave class %d", cls);
+            hash = test_hash(hash, in, sizeof in);
+        }
+        SHUNT_TEST_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+        SHUNT_TEST_MPI(MPI_Comm_free(&inter));
+    }
+    SHUNT_TEST_MPI(MPI_Comm_free(&local));
 }
 
 int main(int argc, char** argv) {
@@ -489,6 +543,7 @@ int main(int argc, char** argv) {
         edges(&cases[k], comm);
     }
     arrays(cases, ncases, comm);
+    intercomm_truncation(vec);
 
     void* detached = NULL;
     int dsize = 0;
