@@ -132,6 +132,15 @@ inline bool is_predefined_op(MPI_Op op) {
            op == MPI_MAXLOC || op == MPI_REPLACE || op == MPI_NO_OP;
 }
 
+/// True when combining `type` with `op` gives the same bits in any order and grouping: every
+/// predefined operation but MPI_SUM and MPI_PROD, and those two on the integer types. Sums and
+/// products of floating-point and complex numbers, and user-defined operations, are not: their
+/// results depend on the algorithm (floating-point reassociation).
+inline bool exact_reduction(MPI_Datatype type, MPI_Op op) {
+    if (op == MPI_SUM || op == MPI_PROD) return with_c_type(type, []<class C>() {}) == type_class::integer;
+    return is_predefined_op(op);
+}
+
 /// The predefined pair types of MINLOC and MAXLOC.
 inline bool is_pair_type(MPI_Datatype t) {
     return t == MPI_FLOAT_INT || t == MPI_DOUBLE_INT || t == MPI_LONG_INT || t == MPI_2INT || t == MPI_SHORT_INT ||

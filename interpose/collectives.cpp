@@ -102,11 +102,24 @@ struct type_facts {
     const type_info* info = nullptr;  ///< not dense: shunt's decoded form (nullptr: the library packs)
 };
 
+/// True when the library takes `t` for communication: predefined or committed through shunt's
+/// shim (the cache knows it), or committed behind shunt's back (the library's MPI_Pack of no
+/// element accepts it; its error, on MPI_COMM_SELF, is returned, not raised). An uncommitted
+/// type goes to the library, which reports MPI_ERR_TYPE as it would without shunt.
+bool committed(MPI_Datatype t, const type_cache& types) {
+    if (types.known(t)) return true;
+    const errors_returned quiet(MPI_COMM_SELF);
+    char none = 0;
+    int pos = 0;
+    return PMPI_Pack(&none, 0, t, &none, 1, &pos, MPI_COMM_SELF) == MPI_SUCCESS;
+}
+
 /// The facts of `t`, and for a type with gaps its decoded form from `memo` (the answer stays
-/// valid through one blocking call: the application cannot free a type it is passing).
-type_facts facts_of(MPI_Datatype t, type_memo& memo) {
+/// valid through one blocking call: the application cannot free a type it is passing); not ok
+/// for a type that is not committed.
+type_facts facts_of(MPI_Datatype t, type_memo& memo, const type_cache& types) {
     type_facts f;
-    if (t == MPI_DATATYPE_NULL) return f;
+    if (t == MPI_DATATYPE_NULL || !committed(t, types)) return f;
     MPI_Count size = 0, lb = 0, extent = 0;
     if (PMPI_Type_size_x(t, &size) != MPI_SUCCESS || PMPI_Type_get_extent_x(t, &lb, &extent) != MPI_SUCCESS) return f;
     if (size < 0 || size == MPI_UNDEFINED) return f;
@@ -117,6 +130,14 @@ type_facts facts_of(MPI_Datatype t, type_memo& memo) {
     if (!f.dense) f.info = memo.find(t);
     return f;
 }
+
+// Argument checks that pass a call to the library run on each rank alone, so they must be what
+// every rank of a valid call answers alike, or what the library itself rejects (erroneous
+// programs): pointers differ per rank. MPI_BOTTOM (a null buffer) is valid with a datatype of
+// absolute addresses, which has gaps; with a dense type it is an error the library reports. The
+// same non-null send and receive buffer is aliasing, which the library reports too.
+bool null_buffer(const void* buf, const type_facts& f) { return buf == nullptr && f.dense; }
+bool aliased(const void* sendbuf, const void* recvbuf) { return sendbuf == recvbuf && recvbuf != nullptr; }
 
 /// `count` elements of `type` at `buf` as a contiguous byte image: the buffer itself for a
 /// dense type, else a packed copy (shunt's host packer on the decoded form; PMPI_Pack for a type
@@ -310,13 +331,17 @@ runtime::coll_context* runtime::existing_context(MPI_Comm comm) noexcept {
     return last.ctx;
 }
 
-bool runtime::settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes) noexcept {
+bool runtime::settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes, bool live) noexcept {
     // Device buffers must be staged for a library that is not CUDA-aware: the whole way, then.
     if (devices_in_use() && !library_takes_device()) return false;
     coll_context* ctx = existing_context(comm);
-    if (ctx == nullptr || !ctx->usable || ctx->tuner->settled(op, bytes) != coll_method::library) return false;
-    ctx->tuner->count_settled(op, bytes);
+    if (ctx == nullptr || !ctx->usable || ctx->tuner->settled(op, bytes, live) != coll_method::library) return false;
+    ctx->tuner->count_settled(op, bytes, live);
     return true;
+}
+
+bool runtime::measured_live(MPI_Datatype type, MPI_Op op) const noexcept {
+    return cfg_.coll == coll_choice::measure || exact_reduction(type, op);
 }
 
 runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
@@ -339,7 +364,7 @@ runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
         // Collective over comm: every rank gets here in the same call.
         try {
             ctx->topo = &topology::of(comm, cfg_.topology);
-            const bool measure = cfg_.coll == coll_choice::automatic;
+            const bool measure = cfg_.coll == coll_choice::automatic || cfg_.coll == coll_choice::measure;
             ctx->tuner = std::make_shared<collective_tuner>(coll_shape::of(ctx->topo->groups()), measure ? 3 : 0);
             ctx->usable = true;
             std::lock_guard lock(tuners_mutex_);
@@ -367,8 +392,8 @@ runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
 }
 
 template <class Library, class Shunt>
-int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, device_stage& dev, Library library,
-                        Shunt run) noexcept {
+int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, bool live, device_stage& dev,
+                        Library library, Shunt run) noexcept {
     const char* name = shim_names[static_cast<std::size_t>(s)];
     // The library, with device buffers staged where it cannot take them.
     const auto pass = [&](pass_reason why) {
@@ -393,7 +418,7 @@ int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, d
     try {
         std::optional<coll_method> forced;
         if (cfg_.coll == coll_choice::shunt) forced = coll_method::hierarchical;
-        pick = ctx->tuner->choose(*model_, op, bytes, forced, agree);
+        pick = ctx->tuner->choose(*model_, op, bytes, forced, agree, live);
     } catch (const std::exception& e) {
         // Only the agreement can fail here, and an MPI failure there is the same on every rank.
         internal_failure(s, e.what());
@@ -427,22 +452,22 @@ int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, d
     }
     if (pick.timed && rc == MPI_SUCCESS) {
         try {
-            if (ctx->tuner->record(op, bytes, pick.method, now_s() - t0, agree)) log_decision(*ctx, op, bytes, name);
+            if (ctx->tuner->record(op, bytes, pick.method, now_s() - t0, agree)) log_decision(*ctx, op, bytes, live, name);
         } catch (const std::exception& e) {
             internal_failure(s, e.what());
         }
     } else if (pick.fresh) {
-        log_decision(*ctx, op, bytes, name);
+        log_decision(*ctx, op, bytes, live, name);
     }
     return rc;
 }
 
-void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, const char* name) noexcept {
+void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, bool live, const char* name) noexcept {
     // The decision is the same on every rank: rank 0 of the communicator says it.
     if (!cfg_.log.enabled(log_level::debug, log_category::decide) || ctx.topo->rank() != 0) return;
     const int size_class = collective_tuner::size_class(bytes);
     ctx.tuner->for_each([&](const coll_decision& d) {
-        if (d.op != op || d.size_class != size_class) return;
+        if (d.op != op || d.size_class != size_class || d.live != live) return;
         std::string how;
         for (std::size_t m = 0; m < coll_method_count; ++m) {
             char buf[96];
@@ -466,8 +491,9 @@ void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t byt
                 how += buf;
             }
         }
-        log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s%s (%s)", name, bytes,
-                  shape.signature().c_str(), method_text(d.method), over.c_str(), d.forced ? " (forced)" : "", how.c_str());
+        log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s%s%s (%s)", name, bytes,
+                  shape.signature().c_str(), method_text(d.method), over.c_str(), d.forced ? " (forced)" : "",
+                  d.live ? "" : " (floating-point: from the model)", how.c_str());
     });
 }
 
@@ -484,10 +510,12 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
     };
     if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
     if (count == 0) return pass(pass_reason::empty);
+    const bool live = measured_live(type, op);
     if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
-                    settled_on_library(comm, coll_op::allreduce, std::int64_t{count} * ts))
+                    settled_on_library(comm, coll_op::allreduce, std::int64_t{count} * ts, live))
         return pass(pass_reason::planned);
     if (count < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
+    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     try {
         es = mpi_reduction(type, op).element_size();
@@ -501,7 +529,7 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
         dev.add(sendbuf, span, true, false);
         dev.add(recvbuf, span, sendbuf == MPI_IN_PLACE, true);
     }
-    return collective(shim::allreduce, coll_op::allreduce, comm, es * count, dev, library,
+    return collective(shim::allreduce, coll_op::allreduce, comm, es * count, live, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         shunt::allreduce(topo, sendbuf, recvbuf, count, type, op, opt);
     });
@@ -519,11 +547,13 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
     int size = 0, me = 0;
     if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (count == 0) return pass(pass_reason::empty);
+    const bool live = measured_live(type, op);
     if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
-        settled_on_library(comm, coll_op::reduce, std::int64_t{count} * ts))
+        settled_on_library(comm, coll_op::reduce, std::int64_t{count} * ts, live))
         return pass(pass_reason::planned);
     if (count < 0 || root < 0 || root >= size || sendbuf == nullptr || (me == root && (recvbuf == nullptr || sendbuf == recvbuf)))
         return pass(pass_reason::bad_argument);
+    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     try {
         es = mpi_reduction(type, op).element_size();
@@ -537,7 +567,7 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
         dev.add(sendbuf, span, true, false);
         if (me == root) dev.add(recvbuf, span, sendbuf == MPI_IN_PLACE, true);
     }
-    return collective(shim::reduce, coll_op::reduce, comm, es * count, dev, library,
+    return collective(shim::reduce, coll_op::reduce, comm, es * count, live, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         shunt::reduce(topo, sendbuf, recvbuf, count, type, op, root, opt);
     });
@@ -555,10 +585,12 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
     int size = 0;
     if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (recvcount == 0) return pass(pass_reason::empty);
+    const bool live = measured_live(type, op);
     if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
-        settled_on_library(comm, coll_op::reduce_scatter_block, std::int64_t{recvcount} * ts * np))
+        settled_on_library(comm, coll_op::reduce_scatter_block, std::int64_t{recvcount} * ts * np, live))
         return pass(pass_reason::planned);
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
+    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     try {
         es = mpi_reduction(type, op).element_size();
@@ -574,7 +606,8 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
         dev.add(sendbuf, all, true, false);
         dev.add(recvbuf, in_place ? all : mine, in_place, true);
     }
-    return collective(shim::reduce_scatter_block, coll_op::reduce_scatter_block, comm, es * recvcount * size, dev, library,
+    return collective(shim::reduce_scatter_block, coll_op::reduce_scatter_block, comm, es * recvcount * size,
+                      measured_live(type, op), dev, library,
                       [&](const topology& topo, const collective_options& opt) {
                           shunt::reduce_scatter_block(topo, sendbuf, recvbuf, recvcount, type, op, opt);
                       });
@@ -599,6 +632,7 @@ int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvco
         total += recvcounts[r];
     }
     if (total == 0) return pass(pass_reason::empty);
+    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     try {
         es = mpi_reduction(type, op).element_size();
@@ -614,7 +648,7 @@ int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvco
         dev.add(sendbuf, all, true, false);
         dev.add(recvbuf, in_place ? all : mine, in_place, true);
     }
-    return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, dev, library,
+    return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, measured_live(type, op), dev, library,
                       [&](const topology& topo, const collective_options& opt) {
                           shunt::reduce_scatter(topo, sendbuf, recvbuf, recvcounts, type, op, opt);
                       });
@@ -635,12 +669,12 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
     if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(recvtype, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
         settled_on_library(comm, coll_op::allgather, std::int64_t{recvcount} * ts * np))
         return pass(pass_reason::planned);
-    if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+    if (recvcount < 0 || aliased(sendbuf, recvbuf) || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
         PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype, memo_);
-    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
-    if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
+    const type_facts rt = facts_of(recvtype, memo_, types_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_, types_);
+    if (!rt.ok || !st.ok || rt.size == 0 || null_buffer(recvbuf, rt)) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
     device_stage dev(devices_in_use(), library_takes_device());
@@ -651,7 +685,7 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
         dev.add(sendbuf, send, true, false);
         dev.add(recvbuf, recv, in_place, true);
     }
-    return collective(shim::allgather, coll_op::allgather, comm, block * size, dev, library,
+    return collective(shim::allgather, coll_op::allgather, comm, block * size, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image all(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
@@ -685,13 +719,13 @@ int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
     if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
     const bool in_place = sendbuf == MPI_IN_PLACE;
     int size = 0, me = 0, inter = 0;
-    if (recvbuf == nullptr || recvcounts == nullptr || displs == nullptr || sendbuf == recvbuf ||
+    if (recvcounts == nullptr || displs == nullptr || aliased(sendbuf, recvbuf) ||
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
         PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype, memo_);
-    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
-    if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
+    const type_facts rt = facts_of(recvtype, memo_, types_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_, types_);
+    if (!rt.ok || !st.ok || rt.size == 0 || null_buffer(recvbuf, rt)) return pass(pass_reason::bad_argument);
     std::vector<std::int64_t> parts(static_cast<std::size_t>(size));
     std::int64_t total = 0;
     bool packed_order = rt.dense;  // the parts already lie in rank order without gaps in recvbuf
@@ -712,7 +746,7 @@ int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
         dev.add(sendbuf, send, true, false);
         dev.add(recvbuf, recv, in_place, true);
     }
-    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, dev, library,
+    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         host_buffer staging(packed_order ? 0 : total);
@@ -763,19 +797,19 @@ int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Com
     if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
         settled_on_library(comm, coll_op::bcast, std::int64_t{count} * ts))
         return pass(pass_reason::planned);
-    if (count < 0 || buffer == nullptr || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
+    if (count < 0 || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || root < 0 ||
         root >= size)
         return pass(pass_reason::bad_argument);
-    const type_facts f = facts_of(type, memo_);
-    if (!f.ok || f.size == 0) return pass(pass_reason::bad_argument);
+    const type_facts f = facts_of(type, memo_, types_);
+    if (!f.ok || f.size == 0 || null_buffer(buffer, f)) return pass(pass_reason::bad_argument);
     device_stage dev(devices_in_use(), library_takes_device());
     if (dev.enabled()) {
         byte_span span;
         span.add(type, count);
         dev.add(buffer, span, me == root, me != root);
     }
-    return collective(shim::bcast, coll_op::bcast, comm, count * f.size, dev, library,
+    return collective(shim::bcast, coll_op::bcast, comm, count * f.size, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image image(buffer, count, type, f);
@@ -800,12 +834,12 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
     if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(recvtype, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
         settled_on_library(comm, coll_op::alltoall, std::int64_t{recvcount} * ts * np))
         return pass(pass_reason::planned);
-    if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS ||
-        inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
+    if (recvcount < 0 || aliased(sendbuf, recvbuf) || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
+        PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype, memo_);
-    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
-    if (!rt.ok || !st.ok || rt.size == 0) return pass(pass_reason::bad_argument);
+    const type_facts rt = facts_of(recvtype, memo_, types_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_, types_);
+    if (!rt.ok || !st.ok || rt.size == 0 || null_buffer(recvbuf, rt)) return pass(pass_reason::bad_argument);
     const std::int64_t block = recvcount * rt.size;
     if (!in_place && (sendcount < 0 || sendcount * st.size != block)) return pass(pass_reason::bad_argument);
     device_stage dev(devices_in_use(), library_takes_device());
@@ -816,7 +850,7 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
         dev.add(sendbuf, send, true, false);
         dev.add(recvbuf, recv, in_place, true);
     }
-    return collective(shim::alltoall, coll_op::alltoall, comm, block * size, dev, library,
+    return collective(shim::alltoall, coll_op::alltoall, comm, block * size, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         byte_image out(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
@@ -919,8 +953,8 @@ int runtime::alltoallv(const void* sendbuf, const int sendcounts[], const int sd
     if (recvcounts == nullptr || rdispls == nullptr || (!in_place && (sendcounts == nullptr || sdispls == nullptr)) ||
         PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter || PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
-    const type_facts rt = facts_of(recvtype, memo_);
-    const type_facts st = in_place ? rt : facts_of(sendtype, memo_);
+    const type_facts rt = facts_of(recvtype, memo_, types_);
+    const type_facts st = in_place ? rt : facts_of(sendtype, memo_, types_);
     if (!rt.ok || !st.ok) return pass(pass_reason::bad_argument);
     for (int j = 0; j < size; ++j)
         if (recvcounts[j] < 0 || (!in_place && sendcounts[j] < 0)) return pass(pass_reason::bad_argument);
@@ -934,7 +968,7 @@ int runtime::alltoallv(const void* sendbuf, const int sendcounts[], const int sd
         dev.add(sendbuf, send, true, false);
         dev.add(recvbuf, recv, in_place, true);
     }
-    return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, dev, library,
+    return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
         mpi_transport t(topo.comm());
         // In place: the data to send are in recvbuf under the receive counts, copied out first.

@@ -133,28 +133,12 @@ std::int64_t written_bytes(int rc, const MPI_Status& st, std::int64_t capacity, 
 /// `call()` (the library's test or wait of a request the application freed) without error
 /// handlers: the error is the request's alone, which the application can no longer see, and
 /// without shunt the library drops it (a fatal handler must not abort the job from an unrelated
-/// call). MPI_ERRORS_RETURN is set for the call, and the handlers restored after, on the
-/// request's communicator and on MPI_COMM_WORLD, where MPICH 4.0 raises errors of MPI_Test and
-/// MPI_Wait; other threads using either may see it meanwhile.
+/// call). On the request's communicator and on MPI_COMM_WORLD, where MPICH 4.0 raises errors of
+/// MPI_Test and MPI_Wait.
 template <class Call>
 int without_errhandler(MPI_Comm comm, Call call) {
-    struct quiet {
-        MPI_Comm comm;
-        MPI_Errhandler old = MPI_ERRHANDLER_NULL;
-        bool swapped = false;
-        explicit quiet(MPI_Comm c) : comm(c) {
-            swapped = c != MPI_COMM_NULL && PMPI_Comm_get_errhandler(c, &old) == MPI_SUCCESS &&
-                      PMPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN) == MPI_SUCCESS;
-        }
-        ~quiet() {
-            if (swapped) PMPI_Comm_set_errhandler(comm, old);
-            if (old != MPI_ERRHANDLER_NULL) PMPI_Errhandler_free(&old);
-        }
-        quiet(const quiet&) = delete;
-        quiet& operator=(const quiet&) = delete;
-    };
-    const quiet world(MPI_COMM_WORLD);
-    const quiet own(comm == MPI_COMM_WORLD ? MPI_COMM_NULL : comm);
+    const errors_returned world(MPI_COMM_WORLD);
+    const errors_returned own(comm == MPI_COMM_WORLD ? MPI_COMM_NULL : comm);
     return call();
 }
 

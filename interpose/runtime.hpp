@@ -48,6 +48,28 @@ private:
 /// library's error handler has run), or error where the packed form is not the raw data.
 void library_move(bool pack, void* typed, std::int64_t count, MPI_Datatype type, std::byte* packed, MPI_Comm comm);
 
+/// MPI_ERRORS_RETURN on a communicator (none for MPI_COMM_NULL) for this object's lifetime, its
+/// handler restored after: for shunt's own calls whose errors the application must not see
+/// through its handler. Other threads using the communicator meanwhile see it too.
+class errors_returned {
+public:
+    explicit errors_returned(MPI_Comm comm) noexcept : comm_(comm) {
+        swapped_ = comm != MPI_COMM_NULL && PMPI_Comm_get_errhandler(comm, &old_) == MPI_SUCCESS &&
+                   PMPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN) == MPI_SUCCESS;
+    }
+    ~errors_returned() {
+        if (swapped_) PMPI_Comm_set_errhandler(comm_, old_);
+        if (old_ != MPI_ERRHANDLER_NULL) PMPI_Errhandler_free(&old_);
+    }
+    errors_returned(const errors_returned&) = delete;
+    errors_returned& operator=(const errors_returned&) = delete;
+
+private:
+    MPI_Comm comm_;
+    MPI_Errhandler old_ = MPI_ERRHANDLER_NULL;
+    bool swapped_ = false;
+};
+
 /// Everything the shims delegate to, built lazily once. Every member is noexcept: shunt's
 /// failures are logged once and the call goes to the library; the library's return code is
 /// returned unchanged. Thread-safe under MPI_THREAD_MULTIPLE.
@@ -292,12 +314,17 @@ private:
     coll_context* existing_context(MPI_Comm comm) noexcept;
     /// True when comm's planner has settled on the library for (op, bytes): the lock-free path
     /// taken before any other check (counted as a planned pass by the caller).
-    bool settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes) noexcept;
-    /// The planner's choice, shunt's schedule (`run`) or the library (`library`), timing, counting.
+    bool settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes, bool live = true) noexcept;
+    /// True when a reduction of `type` with `op` may be measured in the run: its result is the
+    /// same whoever computes it (integers, MIN/MAX, logical and bitwise operations), or
+    /// SHUNT_COLL=measure. Floating-point sums and products are decided from the model alone.
+    bool measured_live(MPI_Datatype type, MPI_Op op) const noexcept;
+    /// The planner's choice, shunt's schedule (`run`) or the library (`library`), timing, counting;
+    /// `live` false: decided from the model without measuring (a floating-point reduction).
     template <class Library, class Shunt>
-    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, device_stage& dev, Library library,
-                   Shunt run) noexcept;
-    void log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, const char* name) noexcept;
+    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, bool live, device_stage& dev,
+                   Library library, Shunt run) noexcept;
+    void log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, bool live, const char* name) noexcept;
 
     const settings& cfg_;
     std::string model_note_;  ///< why the model file was not used, said once at start

@@ -193,12 +193,17 @@ int explain_collective(int argc, char** argv, shunt::coll_op op, std::int64_t by
             line(shunt::coll_method::hierarchical, set,
                  shape.level_names.empty() ? "hierarchical" : "hierarchical " + shape.schedule_text(set));
         const auto c = shunt::config().coll;
-        if (c != shunt::coll_choice::automatic)
+        if (c == shunt::coll_choice::library || c == shunt::coll_choice::shunt)
             std::printf("  SHUNT_COLL=%s forces the choice\n", c == shunt::coll_choice::library ? "library" : "shunt");
         else
             std::printf("  in a run, shunt's schedule runs over the levels predicted fastest; shunt measures it and\n"
                         "  the library on the first calls of this size class and keeps the faster (its schedule\n"
-                        "  must win by 3%%); with a measured table for both it decides from the tables\n");
+                        "  must win by 3%%); with a measured table for both on every rank it decides from the\n"
+                        "  tables%s\n",
+                        c == shunt::coll_choice::measure
+                            ? ""
+                            : ", and so it decides floating-point sums and products, measured or not,\n"
+                              "  from these predictions (the same bits in every run)");
         return 0;
     });
 }

@@ -66,8 +66,9 @@ enum class report_mode : std::uint8_t { off, rank, summary };
 /// (host buffers then go by the cost model, as with `automatic`).
 enum class pack_choice : std::uint8_t { automatic, library, host, device, one_shot, staged };
 
-/// SHUNT_COLL: who runs the collectives shunt intercepts.
-enum class coll_choice : std::uint8_t { automatic, library, shunt };
+/// SHUNT_COLL: who runs the collectives shunt intercepts. `measure` is `automatic` with
+/// floating-point reductions measured in the run too (their bits then may differ run to run).
+enum class coll_choice : std::uint8_t { automatic, library, shunt, measure };
 
 namespace detail {
 
@@ -105,8 +106,11 @@ struct choice_names<pack_choice> {
 
 template <>
 struct choice_names<coll_choice> {
-    static constexpr std::array<std::pair<std::string_view, coll_choice>, 3> values = {
-        {{"auto", coll_choice::automatic}, {"library", coll_choice::library}, {"shunt", coll_choice::shunt}}};
+    static constexpr std::array<std::pair<std::string_view, coll_choice>, 4> values = {
+        {{"auto", coll_choice::automatic},
+         {"library", coll_choice::library},
+         {"shunt", coll_choice::shunt},
+         {"measure", coll_choice::measure}}};
 };
 
 // A "kind" is the type of a variable: value_type, a type name, the accepted text, a strict
@@ -298,8 +302,10 @@ using coll_kind = choice_kind<coll_choice>;
       "has it); 0 and unset without that query: device buffers are staged through host memory")        \
     X(coll, "SHUNT_COLL", ::shunt::detail::coll_kind, "auto",                                           \
       "who runs MPI_Allreduce, _Reduce, _Reduce_scatter(_block), _Allgather(v), _Bcast and _Alltoall: "  \
-      "auto = the cost model decides per operation and size (measuring both on first use), "           \
-      "library = always the MPI library, shunt = shunt's hierarchical schedule wherever it applies")   \
+      "auto = the cost model decides per operation and size (measuring both on first use, except "     \
+      "floating-point reductions, decided from the model alone so that their bits are the same in "    \
+      "every run), measure = auto measuring floating-point reductions too, library = always the MPI "  \
+      "library, shunt = shunt's hierarchical schedule wherever it applies")                              \
     X(model, "SHUNT_MODEL", ::shunt::detail::text_kind, "",                                             \
       "the cost model file written by shunt-measure (unset: $XDG_CACHE_HOME/shunt/model-HOST-MPI.json, " \
       "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                            \

@@ -364,6 +364,135 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
     }
 }
 
+/* Floating-point reductions repeated on the same data must give the same bits every time, as the
+ * library's do (regression: while deciding, shunt alternated the library and its schedule on the
+ * application's data, whose sums differ in the last bits). Data with no exact sum (mantissas and
+ * magnitudes vary), so any change of algorithm shows. Only the count of calls is noted: shunt's
+ * bits may differ from the library's (reassociation). */
+static void repeatable(MPI_Comm comm) {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    for (int n = 1024; n <= 65536; n *= 64) {
+        double* in = (double*)malloc((size_t)n * (size_t)size * sizeof(double));
+        double* first = (double*)malloc((size_t)n * (size_t)size * sizeof(double));
+        double* out = (double*)malloc((size_t)n * (size_t)size * sizeof(double));
+        SHUNT_TEST_REQUIRE(in && first && out, "out of memory");
+        uint32_t x = 2654435761u * (uint32_t)(rank + 1);
+        for (int i = 0; i < n * size; ++i) {
+            x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+            in[i] = (double)x / 4294967296.0 * (rank % 2 ? 1e-3 : 1e5) - 0.37;
+        }
+        for (int op = 0; op < 3; ++op) {
+            for (int call = 0; call < 12; ++call) {
+                double* got = call == 0 ? first : out;
+                if (op == 0) SHUNT_TEST_MPI(MPI_Allreduce(in, got, n, MPI_DOUBLE, MPI_SUM, comm));
+                else if (op == 1) SHUNT_TEST_MPI(MPI_Reduce_scatter_block(in, got, n, MPI_DOUBLE, MPI_SUM, comm));
+                else SHUNT_TEST_MPI(MPI_Reduce(in, got, n, MPI_DOUBLE, MPI_SUM, 0, comm));
+                if (call > 0 && (op != 2 || rank == 0))
+                    SHUNT_TEST_REQUIRE(memcmp(got, first, (size_t)n * sizeof(double)) == 0,
+                                       "%s of %d doubles: call %d differs from call 0 (rank %d)",
+                                       op == 0 ? "MPI_Allreduce" : op == 1 ? "MPI_Reduce_scatter_block" : "MPI_Reduce",
+                                       n, call, rank);
+            }
+            tally.checks += 11;
+        }
+        free(in);
+        free(first);
+        free(out);
+    }
+}
+
+/* Arguments that differ per rank in valid calls (regression: a null buffer sent one rank to the
+ * library while the others ran shunt's schedule, and the job hung): rank 0 receives at MPI_BOTTOM
+ * through a datatype of absolute addresses, the others into plain buffers, in MPI_Bcast,
+ * MPI_Allgather and MPI_Alltoall, each checked against the same call through PMPI_*. */
+static void bottom(MPI_Comm comm) {
+    int rank = 0, size = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    enum { n = 6 };
+    int* send = (int*)malloc((size_t)(n * size) * sizeof(int));
+    SHUNT_TEST_REQUIRE(send != NULL, "out of memory");
+    for (int i = 0; i < n * size; ++i) send[i] = 1000 * rank + i;
+    for (int which = 0; which < 3; ++which) {
+        const int elems = which == 0 ? n : n * size;
+        test_pair p = test_pair_make((size_t)elems * sizeof(int), 51u + (uint32_t)which);
+        MPI_Datatype abs_a = MPI_DATATYPE_NULL, abs_b = MPI_DATATYPE_NULL; /* n ints at p.a / p.b, extent n ints */
+        if (rank == 0) {
+            for (int k = 0; k < 2; ++k) {
+                MPI_Aint at = 0;
+                SHUNT_TEST_MPI(MPI_Get_address(k == 0 ? p.a : p.b, &at));
+                MPI_Datatype one, blocks;
+                int len = n;
+                SHUNT_TEST_MPI(MPI_Type_create_hindexed(1, &len, &at, MPI_INT, &one));
+                SHUNT_TEST_MPI(MPI_Type_create_resized(one, 0, (MPI_Aint)(n * sizeof(int)), &blocks));
+                SHUNT_TEST_MPI(MPI_Type_free(&one));
+                SHUNT_TEST_MPI(MPI_Type_commit(&blocks));
+                *(k == 0 ? &abs_a : &abs_b) = blocks;
+            }
+        }
+        /* Through MPI_* into p.a, then through PMPI_* into p.b. */
+        for (int k = 0; k < 2; ++k) {
+            void* buf = rank == 0 ? MPI_BOTTOM : (k == 0 ? p.a : p.b);
+            const MPI_Datatype t = rank == 0 ? (k == 0 ? abs_a : abs_b) : MPI_INT;
+            const int per = rank == 0 ? 1 : n; /* elements of t per rank */
+            if (which == 0) {
+                if (rank == 1 % size) memcpy(k == 0 ? p.a : p.b, send, n * sizeof(int)); /* where buf's data lies */
+                SHUNT_TEST_MPI(k == 0 ? MPI_Bcast(buf, per, t, 1 % size, comm) : PMPI_Bcast(buf, per, t, 1 % size, comm));
+            } else if (which == 1) {
+                SHUNT_TEST_MPI(k == 0 ? MPI_Allgather(send, n, MPI_INT, buf, per, t, comm)
+                                      : PMPI_Allgather(send, n, MPI_INT, buf, per, t, comm));
+            } else {
+                SHUNT_TEST_MPI(k == 0 ? MPI_Alltoall(send, n, MPI_INT, buf, per, t, comm)
+                                      : PMPI_Alltoall(send, n, MPI_INT, buf, per, t, comm));
+            }
+        }
+        test_pair_check(&p, which == 0 ? "MPI_Bcast at MPI_BOTTOM on rank 0" : which == 1 ? "MPI_Allgather at MPI_BOTTOM on rank 0"
+                                                                                       : "MPI_Alltoall at MPI_BOTTOM on rank 0",
+                        comm, &tally);
+        if (rank == 0) {
+            SHUNT_TEST_MPI(MPI_Type_free(&abs_a));
+            SHUNT_TEST_MPI(MPI_Type_free(&abs_b));
+        }
+    }
+    free(send);
+}
+
+/* A datatype that was never committed, under MPI_ERRORS_RETURN: an error, of the same class as the
+ * library's (the runner compares the hash of the classes), on every rank (regression: shunt moved
+ * a dense one as bytes and succeeded, and aborted the job packing one with gaps). */
+static void uncommitted(MPI_Comm comm) {
+    MPI_Comm errs;
+    SHUNT_TEST_MPI(MPI_Comm_dup(comm, &errs));
+    SHUNT_TEST_MPI(MPI_Comm_set_errhandler(errs, MPI_ERRORS_RETURN));
+    int size = 0;
+    MPI_Comm_size(errs, &size);
+    MPI_Datatype dense, gappy;
+    SHUNT_TEST_MPI(MPI_Type_contiguous(3, MPI_INT, &dense));
+    SHUNT_TEST_MPI(MPI_Type_vector(3, 1, 2, MPI_INT, &gappy));
+    int* a = (int*)calloc((size_t)(64 * size), sizeof(int));
+    int* b = (int*)calloc((size_t)(64 * size), sizeof(int));
+    SHUNT_TEST_REQUIRE(a && b, "out of memory");
+    for (int which = 0; which < 5; ++which) {
+        int rc = MPI_SUCCESS, cls = -1;
+        if (which == 0) rc = MPI_Bcast(a, 4, dense, 0, errs);
+        else if (which == 1) rc = MPI_Bcast(a, 4, gappy, 0, errs);
+        else if (which == 2) rc = MPI_Allgather(a, 2, dense, b, 2, dense, errs);
+        else if (which == 3) rc = MPI_Alltoall(a, 2, dense, b, 2, dense, errs);
+        else rc = MPI_Allreduce(a, b, 2, dense, MPI_SUM, errs);
+        MPI_Error_class(rc, &cls);
+        tally.hash = test_hash_int(tally.hash, 100 * which + cls);
+        tally.checks += 1;
+        SHUNT_TEST_REQUIRE(rc != MPI_SUCCESS, "uncommitted datatype, call %d: no error", which);
+    }
+    free(a);
+    free(b);
+    SHUNT_TEST_MPI(MPI_Type_free(&dense));
+    SHUNT_TEST_MPI(MPI_Type_free(&gappy));
+    SHUNT_TEST_MPI(MPI_Comm_free(&errs));
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     int rank = 0, size = 0;
@@ -376,6 +505,9 @@ int main(int argc, char** argv) {
 
     reductions(MPI_COMM_WORLD, "world", umax, uaffine, 1);
     data_movers(MPI_COMM_WORLD, "world", 1);
+    repeatable(MPI_COMM_WORLD);
+    bottom(MPI_COMM_WORLD);
+    uncommitted(MPI_COMM_WORLD);
 
     /* A reordered communicator (ranks reversed) and the halves of the world. */
     MPI_Comm reversed, half;

@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <shunt/collectives/reduction.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/stats.hpp>
 #include <shunt/plan/collective.hpp>
@@ -267,13 +268,64 @@ TEST_CASE("collective planner picks how many levels from the model") {
     SUBCASE("the ranks agree: the slowest rank's prediction of each set decides") {
         const cost_model m;
         collective_tuner tuner(s, 3);
-        // Another rank's model finds the full hierarchy ten times slower than this one does.
+        // What is agreed: a "no measurement" flag, a "no table" flag per set, the library's
+        // prediction and each set's (the full hierarchy's first). Another rank's model finds
+        // the full hierarchy ten times slower than this one does.
         const collective_tuner::agree_fn other = [](double* v, int n) {
-            REQUIRE(n == 5);
-            v[1] *= 10;
+            REQUIRE(n == 10);
+            v[6] *= 10;
         };
         const auto p = tuner.choose(m, coll_op::allgather, static_cast<std::int64_t>(bytes), std::nullopt, other);
         CHECK(p.timed);  // no tables: measured in the run, against the agreed best set
         CHECK(p.levels != 0b11);
     }
+    SUBCASE("a table counts only where every rank has it (regression: a rank without the file hung the others)") {
+        cost_model m;
+        auto flat_table = [](double seconds) { return time_table({{1024, seconds, 0}, {1 << 24, seconds, 0}}); };
+        m.set(table_names::collective(coll_op::allreduce, coll_method::library, s), flat_table(9e-3));
+        m.set(table_names::collective(coll_op::allreduce, coll_method::hierarchical, s), flat_table(5e-3));
+        collective_tuner with_tables(s, 3), without(s, 3);
+        int calls = 0;
+        // This rank has the tables; the other rank has none: every flag is raised by the other.
+        const collective_tuner::agree_fn other_lacks = [&](double* v, int n) {
+            REQUIRE(n == 10);
+            ++calls;
+            for (int i = 0; i <= 4; ++i) v[i] = 1;
+        };
+        const auto p = with_tables.choose(m, coll_op::allreduce, 1 << 20, std::nullopt, other_lacks);
+        CHECK(p.timed);  // measured in the run, as the rank without tables does
+        const auto q = without.choose(cost_model{}, coll_op::allreduce, 1 << 20, std::nullopt, other_lacks);
+        CHECK(q.timed);
+        CHECK(calls == 2);  // both agreed, with vectors of the same length
+        with_tables.for_each([&](const coll_decision&) { FAIL("nothing is decided while measuring"); });
+    }
+}
+
+TEST_CASE("floating-point reductions are decided from the model, never measured in the run") {
+    const coll_shape s = coll_shape::of(three_levels());
+    const cost_model analytic;
+    collective_tuner tuner(s, 3);
+    const auto exact = tuner.choose(analytic, coll_op::allreduce, 1 << 20, std::nullopt, alone, true);
+    CHECK(exact.timed);  // integers: measured on the first calls
+    const auto inexact = tuner.choose(analytic, coll_op::allreduce, 1 << 20, std::nullopt, alone, false);
+    CHECK_FALSE(inexact.timed);
+    CHECK(inexact.fresh);
+    CHECK(inexact.method == coll_method::hierarchical);  // the analytic model's choice on a slow network
+    // The two are kept apart: the inexact one is settled, the exact one still measuring.
+    CHECK(tuner.settled(coll_op::allreduce, 1 << 20, false) == coll_method::hierarchical);
+    CHECK_FALSE(tuner.settled(coll_op::allreduce, 1 << 20, true).has_value());
+    CHECK_FALSE(tuner.choose(analytic, coll_op::allreduce, 1 << 20, std::nullopt, alone, false).timed);
+    int decided = 0;
+    tuner.for_each([&](const coll_decision& d) {
+        ++decided;
+        CHECK_FALSE(d.live);
+    });
+    CHECK(decided == 1);
+    // Which reductions are exact.
+    CHECK(detail::exact_reduction(MPI_INT, MPI_SUM));
+    CHECK(detail::exact_reduction(MPI_DOUBLE, MPI_MAX));
+    CHECK(detail::exact_reduction(MPI_2INT, MPI_MINLOC));
+    CHECK_FALSE(detail::exact_reduction(MPI_DOUBLE, MPI_SUM));
+    CHECK_FALSE(detail::exact_reduction(MPI_FLOAT, MPI_PROD));
+    CHECK_FALSE(detail::exact_reduction(MPI_C_DOUBLE_COMPLEX, MPI_SUM));
 }

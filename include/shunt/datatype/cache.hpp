@@ -77,6 +77,17 @@ public:
         return lookup_predefined(t);
     }
 
+    /// True when `t` is predefined or was committed through on_commit and not freed since,
+    /// whether shunt supports it or not.
+    bool known(MPI_Datatype t) const {
+        if (t == MPI_DATATYPE_NULL) return false;
+        {
+            std::shared_lock lock(mutex_);
+            if (entries_.contains(t)) return true;
+        }
+        return is_predefined(t);
+    }
+
     /// Number of handles remembered (supported or not), predefined ones included.
     std::size_t size() const {
         std::shared_lock lock(mutex_);

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -190,21 +191,28 @@ struct coll_decision {
     std::array<double, coll_method_count> predicted{};  ///< model (seconds), before measuring
     std::array<double, coll_method_count> measured{};   ///< agreed best measured time; NaN if not measured
     bool forced = false;
+    bool live = true;  ///< measuring allowed (false: a floating-point reduction, decided from the model)
     std::uint64_t taken = 0;
 };
 
 /// Chooses the method of each collective call on one communicator.
 ///
 /// Every choice must be identical on every rank, or the ranks run different algorithms and
-/// deadlock: the key (operation, size class) is the same on every rank of a valid call, the
-/// calls on a communicator come in the same order on every rank, and every number a choice
-/// rests on is first agreed on with `agree` (an element-wise maximum over the ranks, e.g.
-/// MPI_Allreduce with MPI_MAX on a private communicator: a collective is as slow as its
-/// slowest rank). For a new key the planner asks the model; when the model has no
-/// measurement for this shape and size it measures: the next 2 x `trials` calls alternate
-/// between the methods (timed by the caller and passed to record()), then the best time of
-/// each is agreed and the faster wins. shunt's schedule must beat the library by `margin`
-/// (a fraction) to be chosen, so noise favours the library.
+/// deadlock: the key (operation, size class, whether it may be measured) is the same on every
+/// rank of a valid call, the calls on a communicator come in the same order on every rank, and
+/// every number a choice rests on is first agreed on with `agree` (an element-wise maximum over
+/// the ranks, e.g. MPI_Allreduce with MPI_MAX on a private communicator: a collective is as
+/// slow as its slowest rank), what the ranks' models hold included, since ranks may hold
+/// different model files (one per host). For a new key the planner asks the model; when not
+/// every rank's model has a measurement for this shape and size it measures: the next
+/// 2 x `trials` calls alternate between the methods (timed by the caller and passed to
+/// record()), then the best time of each is agreed and the faster wins. shunt's schedule must
+/// beat the library by `margin` (a fraction) to be chosen, so noise favours the library.
+///
+/// A call that must not be measured (`live` false: a floating-point reduction, whose result
+/// depends on the algorithm) is decided from the agreed predictions alone, measured tables or
+/// the analytic model, so that the same program gets the same bits in every run: measuring
+/// would alternate the methods on the application's data and settle on timing.
 ///
 /// How many levels: shunt's schedule may run over every level of the shape or over fewer
 /// (a dropped level's groups merge into the next kept one; none at all is one flat
@@ -241,10 +249,11 @@ public:
     };
 
     /// The method for a call of `op` moving `bytes` (the operation's whole vector). `forced`
-    /// overrides the model (SHUNT_COLL); a forced choice needs no agreement.
+    /// overrides the model (SHUNT_COLL); a forced choice needs no agreement. `live` false: decide
+    /// from the model without measuring (see the class comment).
     pick choose(const cost_model& model, coll_op op, std::int64_t bytes, std::optional<coll_method> forced,
-                const agree_fn& agree) {
-        const key k{op, size_class(bytes)};
+                const agree_fn& agree, bool live = true) {
+        const key k{op, size_class(bytes), live};
         std::lock_guard lock(mutex_);
         auto [it, fresh] = entries_.try_emplace(k);
         entry& e = it->second;
@@ -252,23 +261,35 @@ public:
             e.d.op = op;
             e.d.size_class = k.size_class;
             e.d.bytes = bytes;
+            e.d.live = live;
             e.d.measured.fill(std::numeric_limits<double>::quiet_NaN());
-            const bool from_model = !forced && (trials_ == 0 || measured_by_model(model, op, static_cast<double>(bytes)));
-            // The library, then each candidate set of levels; agreed whenever anything rests on
-            // them (a choice among several sets, or the final one), since ranks may hold
-            // different models (one file per host).
-            const std::vector<std::uint32_t> sets = candidate_sets(model, op);
-            std::vector<double> v{predict(model, op, coll_method::library, static_cast<double>(bytes))};
-            for (const std::uint32_t set : sets)
-                v.push_back(predict(model, op, coll_method::hierarchical, static_cast<double>(bytes), set));
-            if (from_model || sets.size() > 1) agree(v.data(), static_cast<int>(v.size()));
-            std::size_t best = 0;
-            for (std::size_t i = 0; i < sets.size(); ++i) {
-                e.d.level_predictions.emplace_back(sets[i], v[i + 1]);
-                if (v[i + 1] < v[best + 1]) best = i;
+            // What this rank's model has and predicts, in a vector of fixed length: whether it
+            // lacks a measurement of both methods at this size, whether it lacks each set's
+            // table (the full set's is the full schedule's), then the prediction of the library
+            // and of each set. Agreed (maximum) before anything rests on it: a table counts
+            // only where every rank has it.
+            const double b = static_cast<double>(bytes);
+            const std::size_t n = level_sets_.size();
+            std::vector<double> v(1 + 2 * n + 1);
+            v[0] = measured_by_model(model, op, b) ? 0 : 1;
+            for (std::size_t i = 0; i < n; ++i) {
+                v[1 + i] = model.find(table_names::collective(op, coll_method::hierarchical, shape_, level_sets_[i])) ? 0 : 1;
+                v[2 + n + i] = predict(model, op, coll_method::hierarchical, b, level_sets_[i]);
             }
-            e.d.levels = sets[best];
-            e.d.predicted = {v[0], v[best + 1]};
+            v[1 + n] = predict(model, op, coll_method::library, b);
+            if (!forced || n > 1) agree(v.data(), static_cast<int>(v.size()));
+            const bool from_model = !forced && (trials_ == 0 || !live || v[0] == 0);
+            // Sets with a table everywhere compete among themselves (measured against measured)
+            // when the full schedule has one everywhere, else every set on its prediction.
+            const bool tables = v[1] == 0;  // level_sets_[0] is every level
+            std::size_t best = n;
+            for (std::size_t i = 0; i < n; ++i) {
+                if (tables && v[1 + i] != 0) continue;
+                e.d.level_predictions.emplace_back(level_sets_[i], v[2 + n + i]);
+                if (best == n || v[2 + n + i] < v[2 + n + best]) best = i;
+            }
+            e.d.levels = level_sets_[best];
+            e.d.predicted = {v[1 + n], v[2 + n + best]};
             if (forced) {
                 e.d.method = *forced;
                 e.d.forced = true;
@@ -297,7 +318,7 @@ public:
     /// measurements and made the decision (the caller logs it). Collective when it decides.
     bool record(coll_op op, std::int64_t bytes, coll_method m, double seconds, const agree_fn& agree) {
         std::lock_guard lock(mutex_);
-        auto it = entries_.find(key{op, size_class(bytes)});
+        auto it = entries_.find(key{op, size_class(bytes), true});
         if (it == entries_.end() || it->second.decided) return false;
         entry& e = it->second;
         const auto i = static_cast<std::size_t>(m);
@@ -309,20 +330,20 @@ public:
         e.d.measured = agreed;
         e.d.method = better(agreed);
         e.decided = true;
-        settle(key{op, size_class(bytes)}, e.d.method);
+        settle(key{op, size_class(bytes), true}, e.d.method);
         return true;
     }
 
-    /// The decision for (op, bytes) once it is made, without locking: the hot path of every
-    /// later call is one atomic load (and count_settled(), one relaxed increment).
-    std::optional<coll_method> settled(coll_op op, std::int64_t bytes) const noexcept {
-        const std::uint8_t v = settled_[slot(op, size_class(bytes))].load(std::memory_order_acquire);
+    /// The decision for (op, bytes, live) once it is made, without locking: the hot path of
+    /// every later call is one atomic load (and count_settled(), one relaxed increment).
+    std::optional<coll_method> settled(coll_op op, std::int64_t bytes, bool live = true) const noexcept {
+        const std::uint8_t v = settled_[slot(op, size_class(bytes), live)].load(std::memory_order_acquire);
         if (v == 0) return std::nullopt;
         return static_cast<coll_method>(v - 1);
     }
     /// Counts a call that took its settled() decision without choose().
-    void count_settled(coll_op op, std::int64_t bytes) noexcept {
-        fast_taken_[slot(op, size_class(bytes))].fetch_add(1, std::memory_order_relaxed);
+    void count_settled(coll_op op, std::int64_t bytes, bool live = true) noexcept {
+        fast_taken_[slot(op, size_class(bytes), live)].fetch_add(1, std::memory_order_relaxed);
     }
 
     /// True when no call has been planned yet.
@@ -338,7 +359,7 @@ public:
         for (const auto& [k, e] : entries_) {
             if (!e.decided) continue;
             coll_decision d = e.d;
-            d.taken += fast_taken_[slot(k.op, k.size_class)].load(std::memory_order_relaxed);
+            d.taken += fast_taken_[slot(k.op, k.size_class, k.live)].load(std::memory_order_relaxed);
             f(d);
         }
     }
@@ -370,7 +391,10 @@ private:
     struct key {
         coll_op op;
         int size_class;
-        bool operator<(const key& o) const { return std::pair(op, size_class) < std::pair(o.op, o.size_class); }
+        bool live;
+        bool operator<(const key& o) const {
+            return std::tuple(op, size_class, live) < std::tuple(o.op, o.size_class, o.live);
+        }
     };
     struct entry {
         coll_decision d;
@@ -388,11 +412,12 @@ private:
         return true;
     }
     static constexpr std::size_t size_classes = 65;
-    static std::size_t slot(coll_op op, int size_class) {
-        return static_cast<std::size_t>(op) * size_classes + static_cast<std::size_t>(size_class);
+    static std::size_t slot(coll_op op, int size_class, bool live) {
+        return (static_cast<std::size_t>(op) * size_classes + static_cast<std::size_t>(size_class)) * 2 + (live ? 1 : 0);
     }
     void settle(const key& k, coll_method m) {
-        settled_[slot(k.op, k.size_class)].store(static_cast<std::uint8_t>(static_cast<int>(m) + 1), std::memory_order_release);
+        settled_[slot(k.op, k.size_class, k.live)].store(static_cast<std::uint8_t>(static_cast<int>(m) + 1),
+                                                       std::memory_order_release);
     }
 
     coll_method better(const std::array<double, coll_method_count>& t) const {
@@ -407,10 +432,10 @@ private:
     std::vector<std::uint32_t> level_sets_;
     mutable std::mutex mutex_;
     std::map<key, entry> entries_;
-    /// Per (op, size class): 0 while undecided, else the method + 1; and the calls that took it
-    /// through settled().
-    std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes> settled_{};
-    std::array<std::atomic<std::uint64_t>, coll_op_names.size() * size_classes> fast_taken_{};
+    /// Per (op, size class, live): 0 while undecided, else the method + 1; and the calls that
+    /// took it through settled().
+    std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes * 2> settled_{};
+    std::array<std::atomic<std::uint64_t>, coll_op_names.size() * size_classes * 2> fast_taken_{};
 };
 
 }  // namespace shunt
