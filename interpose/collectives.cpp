@@ -493,7 +493,7 @@ void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t byt
         }
         log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s%s%s (%s)", name, bytes,
                   shape.signature().c_str(), method_text(d.method), over.c_str(), d.forced ? " (forced)" : "",
-                  d.live ? "" : " (floating-point: from the model)", how.c_str());
+                  d.live ? "" : d.latency_bound ? " (floating-point, latency-bound: kept)" : " (floating-point: from the model)", how.c_str());
     });
 }
 

@@ -232,7 +232,7 @@ std::string runtime::decisions_text(bool one_line) const {
         else
             out += format("\n    %s of %" PRId64 " bytes on %s -> %s%s%s x %" PRIu64 " (%s)", std::string(to_string(d.op)).c_str(),
                           d.bytes, shape.signature().c_str(), method.c_str(), d.forced ? " (forced)" : "",
-                          d.live ? "" : " (floating-point: from the model)", d.taken, how.c_str());
+                          d.live ? "" : d.latency_bound ? " (floating-point, latency-bound: kept)" : " (floating-point: from the model)", d.taken, how.c_str());
     }
     if (colls.size() > shown_colls) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", colls.size() - shown_colls);
     return out;

@@ -193,17 +193,25 @@ int explain_collective(int argc, char** argv, shunt::coll_op op, std::int64_t by
             line(shunt::coll_method::hierarchical, set,
                  shape.level_names.empty() ? "hierarchical" : "hierarchical " + shape.schedule_text(set));
         const auto c = shunt::config().coll;
-        if (c == shunt::coll_choice::library || c == shunt::coll_choice::shunt)
+        if (c == shunt::coll_choice::library || c == shunt::coll_choice::shunt) {
             std::printf("  SHUNT_COLL=%s forces the choice\n", c == shunt::coll_choice::library ? "library" : "shunt");
-        else
-            std::printf("  in a run, shunt's schedule runs over the levels predicted fastest; shunt measures it and\n"
-                        "  the library on the first calls of this size class and keeps the faster (its schedule\n"
-                        "  must win by 3%%); with a measured table for both on every rank it decides from the\n"
-                        "  tables%s\n",
-                        c == shunt::coll_choice::measure
-                            ? ""
-                            : ", and so it decides floating-point sums and products, measured or not,\n"
-                              "  from these predictions (the same bits in every run)");
+            return 0;
+        }
+        std::printf("  in a run, shunt's schedule runs over the levels predicted fastest; shunt measures it and\n"
+                    "  the library on the first calls of this size class and keeps the faster (its schedule\n"
+                    "  must win by 3%%); with a measured table for both on every rank it decides from the tables\n");
+        if (c == shunt::coll_choice::automatic && (op == shunt::coll_op::allreduce || op == shunt::coll_op::reduce ||
+                                                   op == shunt::coll_op::reduce_scatter ||
+                                                   op == shunt::coll_op::reduce_scatter_block)) {
+            // This rank's model alone: a run agrees with every rank's first.
+            const auto pick = tuner.choose(*model, op, bytes, std::nullopt, [](double*, int) {}, false);
+            bool latency_bound = false;
+            tuner.for_each([&](const shunt::coll_decision& d) { latency_bound = d.latency_bound; });
+            std::printf("  floating-point sums and products are decided from the model alone (the same bits in every\n"
+                        "  run): %s%s\n",
+                        pick.method == shunt::coll_method::library ? "the library" : ("shunt's schedule " + shape.schedule_text(pick.levels)).c_str(),
+                        latency_bound ? " (the analytic prediction is mostly latency, which it cannot judge)" : "");
+        }
         return 0;
     });
 }

@@ -272,7 +272,7 @@ TEST_CASE("collective planner picks how many levels from the model") {
         // prediction and each set's (the full hierarchy's first). Another rank's model finds
         // the full hierarchy ten times slower than this one does.
         const collective_tuner::agree_fn other = [](double* v, int n) {
-            REQUIRE(n == 10);
+            REQUIRE(n == 11);
             v[6] *= 10;
         };
         const auto p = tuner.choose(m, coll_op::allgather, static_cast<std::int64_t>(bytes), std::nullopt, other);
@@ -288,7 +288,7 @@ TEST_CASE("collective planner picks how many levels from the model") {
         int calls = 0;
         // This rank has the tables; the other rank has none: every flag is raised by the other.
         const collective_tuner::agree_fn other_lacks = [&](double* v, int n) {
-            REQUIRE(n == 10);
+            REQUIRE(n == 11);
             ++calls;
             for (int i = 0; i <= 4; ++i) v[i] = 1;
         };
@@ -319,9 +319,16 @@ TEST_CASE("floating-point reductions are decided from the model, never measured 
     tuner.for_each([&](const coll_decision& d) {
         ++decided;
         CHECK_FALSE(d.live);
+        CHECK_FALSE(d.latency_bound);  // 1 MiB: mostly volume, the analytic model decides
     });
     CHECK(decided == 1);
     // Which reductions are exact.
+    // Small: the analytic library time is mostly latency, which the model cannot judge: the library.
+    const auto small = tuner.choose(analytic, coll_op::allreduce, 4096, std::nullopt, alone, false);
+    CHECK(small.method == coll_method::library);
+    tuner.for_each([&](const coll_decision& d) {
+        if (d.bytes == 4096) CHECK(d.latency_bound);
+    });
     CHECK(detail::exact_reduction(MPI_INT, MPI_SUM));
     CHECK(detail::exact_reduction(MPI_DOUBLE, MPI_MAX));
     CHECK(detail::exact_reduction(MPI_2INT, MPI_MINLOC));

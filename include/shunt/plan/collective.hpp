@@ -192,6 +192,9 @@ struct coll_decision {
     std::array<double, coll_method_count> measured{};   ///< agreed best measured time; NaN if not measured
     bool forced = false;
     bool live = true;  ///< measuring allowed (false: a floating-point reduction, decided from the model)
+    /// Not live, from the analytic model, where the library's prediction is mostly latency: the
+    /// library kept (the model knows neither the library's algorithm nor the rank placement).
+    bool latency_bound = false;
     std::uint64_t taken = 0;
 };
 
@@ -210,9 +213,12 @@ struct coll_decision {
 /// beat the library by `margin` (a fraction) to be chosen, so noise favours the library.
 ///
 /// A call that must not be measured (`live` false: a floating-point reduction, whose result
-/// depends on the algorithm) is decided from the agreed predictions alone, measured tables or
-/// the analytic model, so that the same program gets the same bits in every run: measuring
-/// would alternate the methods on the application's data and settle on timing.
+/// depends on the algorithm) is decided from the agreed predictions alone, so that the same
+/// program gets the same bits in every run: measuring would alternate the methods on the
+/// application's data and settle on timing. Measured tables decide where every rank has them;
+/// else the analytic model, trusted only where the library's predicted time is mostly data
+/// volume (at least `bandwidth_share`): its latency terms assume the library's algorithm and
+/// the ranks' placement, which it does not know, so where latency dominates the library stays.
 ///
 /// How many levels: shunt's schedule may run over every level of the shape or over fewer
 /// (a dropped level's groups merge into the next kept one; none at all is one flat
@@ -270,13 +276,18 @@ public:
             // only where every rank has it.
             const double b = static_cast<double>(bytes);
             const std::size_t n = level_sets_.size();
-            std::vector<double> v(1 + 2 * n + 1);
+            std::vector<double> v(1 + 2 * n + 2);
             v[0] = measured_by_model(model, op, b) ? 0 : 1;
             for (std::size_t i = 0; i < n; ++i) {
                 v[1 + i] = model.find(table_names::collective(op, coll_method::hierarchical, shape_, level_sets_[i])) ? 0 : 1;
                 v[2 + n + i] = predict(model, op, coll_method::hierarchical, b, level_sets_[i]);
             }
             v[1 + n] = predict(model, op, coll_method::library, b);
+            // 1 where the analytic library prediction is mostly latency (see the class comment).
+            const analytic_params& ap = model.params();
+            const double lib_all = analytic_collective(ap, op, coll_method::library, shape_, b);
+            const double lib_latency = analytic_collective(ap, op, coll_method::library, shape_, 0);
+            v[2 + 2 * n] = lib_all > 0 && lib_latency > (1 - bandwidth_share) * lib_all ? 1 : 0;
             if (!forced || n > 1) agree(v.data(), static_cast<int>(v.size()));
             const bool from_model = !forced && (trials_ == 0 || !live || v[0] == 0);
             // Sets with a table everywhere compete among themselves (measured against measured)
@@ -295,7 +306,8 @@ public:
                 e.d.forced = true;
                 e.decided = true;
             } else if (from_model) {
-                e.d.method = better(e.d.predicted);
+                e.d.latency_bound = !live && v[0] != 0 && v[2 + 2 * n] != 0;
+                e.d.method = e.d.latency_bound ? coll_method::library : better(e.d.predicted);
                 e.decided = true;
             }
         }
@@ -382,6 +394,10 @@ public:
             if (model.find(table_names::collective(op, coll_method::hierarchical, shape_, set)) != nullptr) sets.push_back(set);
         return sets;
     }
+
+    /// The share of the library's analytic time that data volume must make up for the analytic
+    /// model alone to choose shunt's schedule over it.
+    static constexpr double bandwidth_share = 0.9;
 
     static int size_class(std::int64_t bytes) {
         return bytes <= 0 ? 0 : static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes)));
