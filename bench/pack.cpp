@@ -192,11 +192,12 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
     if (size > INT_MAX) throw shunt::error(c.name + ": " + std::to_string(size) + " bytes is beyond MPI_Pack's int sizes");
     const int isize = static_cast<int>(size);
     // Typed buffers span the type's true extent; element 0 sits at span - true_lb.
-    buffer typed(true_extent), typed_library(true_extent), typed_shunt(true_extent);
-    buffer packed_library(size), packed_shunt(size), copy_src(size), copy_dst(size);
+    buffer typed(true_extent), typed_library(true_extent), typed_shunt(true_extent), typed_again(true_extent);
+    buffer packed_library(size), packed_shunt(size), packed_again(size), copy_src(size), copy_dst(size);
     std::byte* const in = typed.data() - true_lb;
     std::byte* const out_library = typed_library.data() - true_lb;
     std::byte* const out_shunt = typed_shunt.data() - true_lb;
+    std::byte* const out_again = typed_again.data() - true_lb;
     fill(typed.data(), true_extent, 1);
     fill(copy_src.data(), size, 2);
     fill(copy_dst.data(), size, 3);
@@ -221,11 +222,11 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
 
     auto memcpy_fn = [&] { std::memcpy(copy_dst.data(), copy_src.data(), static_cast<std::size_t>(size)); };
     auto report = [&](const char* op, const std::vector<timing>& t) {
-        const double library_s = t[0].best_s, shunt_s = t[1].best_s, memcpy_s = t[2].best_s;
+        const double library_s = t[0].best_s, shunt_s = t[1].best_s, memcpy_s = t[2].best_s, again_s = t[3].best_s;
         out.row({text_cell(op), text_cell(c.family), bytes_cell(c.block),
                  c.stride ? bytes_cell(c.stride) : cell{"rand", ""}, bytes_cell(size), gbs_cell(size, library_s),
                  gbs_cell(size, shunt_s), number_cell(library_s / shunt_s, 2), gbs_cell(size, memcpy_s),
-                 number_cell(memcpy_s / shunt_s, 2)});
+                 number_cell(memcpy_s / shunt_s, 2), number_cell(library_s / again_s, 2)});
     };
     if (o.selected("pack/" + c.name)) {
         const std::function<void()> variants[] = {
@@ -237,7 +238,11 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
                 int pos = 0;
                 SHUNT_CHECK_MPI(MPI_Pack(in, 1, type, packed_shunt.data(), isize, &pos, MPI_COMM_SELF));
             },
-            memcpy_fn};
+            memcpy_fn,
+            [&] {
+                int pos = 0;
+                SHUNT_CHECK_MPI(PMPI_Pack(in, 1, type, packed_again.data(), isize, &pos, MPI_COMM_SELF));
+            }};
         report("pack", measure(variants, o));
     }
     if (o.selected("unpack/" + c.name)) {
@@ -250,7 +255,11 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
                 int pos = 0;
                 SHUNT_CHECK_MPI(MPI_Unpack(packed_library.data(), isize, &pos, out_shunt, 1, type, MPI_COMM_SELF));
             },
-            memcpy_fn};
+            memcpy_fn,
+            [&] {
+                int pos = 0;
+                SHUNT_CHECK_MPI(PMPI_Unpack(packed_library.data(), isize, &pos, out_again, 1, type, MPI_COMM_SELF));
+            }};
         report("unpack", measure(variants, o));
     }
 }
@@ -275,7 +284,7 @@ int main(int argc, char** argv) {
                 [&](const std::string& v) { s.cubes = parse_size_list(v, "--cubes"); });
     line.option("--indexed", "LIST", "mean block lengths of the indexed family (default 8,64,512)",
                 [&](const std::string& v) { s.indexed = parse_size_list(v, "--indexed"); });
-    line.option("--max-footprint", "BYTES", "skip types whose buffer spans more (3 such buffers are held;\n"
+    line.option("--max-footprint", "BYTES", "skip types whose buffer spans more (4 such buffers are held;\n"
                 "default 1G)",
                 [&](const std::string& v) { s.max_footprint = parse_size(v, "--max-footprint"); });
     line.epilog(
@@ -283,7 +292,9 @@ int main(int argc, char** argv) {
         "--sizes sets the object sizes (packed bytes) of the vector and indexed families (default\n"
         "64K,1M,16M). Columns: block and stride in bytes (rand: irregular), object = packed bytes; library\n"
         "and shunt in GB/s of packed bytes; shunt/lib = library time / shunt time (above 1: shunt is\n"
-        "faster); memcpy = a contiguous copy of the same bytes; shunt/memcpy = memcpy time / shunt time.\n"
+        "faster); memcpy = a contiguous copy of the same bytes; shunt/memcpy = memcpy time / shunt time;\n"
+        "lib/lib = the library against a second run of itself, interleaved the same way: a control whose\n"
+        "spread is how far this machine moves two identical runs apart (a shunt/lib within it is noise).\n"
         "Runs on rank 0 of MPI_COMM_WORLD (run it alone, or with mpiexec -n 1).");
     options o = line.parse(argc, argv);
     if (s.quick) {
@@ -348,7 +359,8 @@ int main(int argc, char** argv) {
                        {"shunt GB/s", 10, "shunt_gbs"},
                        {"shunt/lib", 9, "shunt_over_library"},
                        {"memcpy GB/s", 11, "memcpy_gbs"},
-                       {"shunt/memcpy", 12, "shunt_over_memcpy"}},
+                       {"shunt/memcpy", 12, "shunt_over_memcpy"},
+                       {"lib/lib", 7, "library_over_library_again"}},
                       o);
             char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
             int len = 0;
