@@ -320,3 +320,25 @@ TEST_CASE("host packer: rows that stream from memory pack and unpack like rows i
         same = back[static_cast<std::size_t>(i)] == (i % stride < len ? typed[static_cast<std::size_t>(i)] : std::byte{0x5a});
     CHECK(same);
 }
+
+TEST_CASE("host packer: short rows in cache lines of their own gather like the inline loop") {
+    // 3-byte rows 640 bytes apart: 16384 rows sweep 10 MiB, within sparse_gather's range, so
+    // packing calls the C library's memcpy per row; and a window starting and ending inside rows.
+    constexpr std::int64_t len = 3, stride = 640, rows = 16384;
+    REQUIRE(shunt::detail::sparse_gather(stride, rows, len));
+    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, 64, len));          // cached
+    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows * 16, len));   // beyond 64 MiB
+    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows, 32));         // long rows
+    const layout form = shunt::make_hvector(rows, len, stride, byte_form, 1);
+    const std::int64_t extent = rows * stride;
+    std::vector<std::byte> typed(static_cast<std::size_t>(extent)), packed(static_cast<std::size_t>(rows * len)),
+        expect(packed.size());
+    for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>((i * 131) >> 3);
+    for (std::int64_t r = 0; r < rows; ++r)
+        std::memcpy(expect.data() + r * len, typed.data() + r * stride, static_cast<std::size_t>(len));
+    CHECK(shunt::pack_host(form, extent, 1, typed.data(), packed.data()) == rows * len);
+    CHECK(packed == expect);
+    std::vector<std::byte> window(1000);
+    CHECK(shunt::pack_host(form, extent, 1, typed.data(), window.data(), 4001, 1000) == 1000);
+    CHECK(std::memcmp(window.data(), expect.data() + 4001, 1000) == 0);
+}

@@ -329,6 +329,20 @@ template <bool Pack>
     }
 }
 
+/// True for packing rows of at most 16 bytes, each in a cache line of its own (512 bytes or more
+/// apart), that sweep 4 to 64 MiB: out of the core's caches but within the reach of its TLB and
+/// the last-level cache. There a call of the C library's memcpy per row gathered 1.04-1.4x
+/// faster than inline moves on the development machine (Xeon, Sapphire Rapids class: the same
+/// loads, yet the inline loop ran at 6.6-7 ns a row against 4.9-6.7 ns; Open MPI's packer, a
+/// memcpy call per block too, ran as fast as the calls), while below 4 MiB (cached) and above
+/// 64 MiB (page walks), and for unpacking at any size, the inline moves were faster.
+inline bool sparse_gather(std::int64_t stride, std::int64_t n, std::int64_t len) {
+    constexpr std::int64_t lo = std::int64_t{4} << 20, hi = std::int64_t{64} << 20;
+    if (len > 16 || stride < 512 || n <= 0) return false;
+    const double span = static_cast<double>(n) * static_cast<double>(stride);
+    return span >= static_cast<double>(lo) && span <= static_cast<double>(hi);
+}
+
 /// n strided rows of one block length: the hot loop of 2-D and N-D layouts, dispatched to a
 /// loop whose copy the compiler turns into plain moves.
 template <bool Pack>
@@ -345,6 +359,7 @@ inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::
         }
     };
     if (Pack && tiny()) return;
+    if (Pack && sparse_gather(stride, n, len)) return rows_libc<Pack>(typed, packed, stride, n, len);
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
     if (streaming && len >= 128) return rows_libc<Pack>(typed, packed, stride, n, len);
     if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
