@@ -220,13 +220,41 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
                            " (shunt) and " + std::to_string(pos_library) + " (library), expected " + std::to_string(isize));
     expect_equal(typed_library.data(), typed_shunt.data(), true_extent, "unpack/" + c.name + " (typed buffer)");
 
+    // The cache lines the type touches in the typed buffer (64-byte aligned): the library's
+    // unpack of 0xff bytes into zeros marks them. Loading one byte of each, in address order, is
+    // the least any packer must do: `bound`, whose time caps what a packer can gain on the
+    // library (lib/bound).
+    std::vector<std::int64_t> lines;
+    {
+        std::memset(typed_again.data(), 0, static_cast<std::size_t>(true_extent));
+        std::memset(packed_again.data(), 0xff, static_cast<std::size_t>(size));
+        int pos = 0;
+        SHUNT_CHECK_MPI(PMPI_Unpack(packed_again.data(), isize, &pos, out_again, 1, type, MPI_COMM_SELF));
+        for (std::int64_t at = 0; at < true_extent; at += 64) {
+            const std::int64_t n = std::min<std::int64_t>(64, true_extent - at);
+            for (std::int64_t i = 0; i < n; ++i)
+                if (typed_again.data()[at + i] != std::byte{0}) {
+                    lines.push_back(at);
+                    break;
+                }
+        }
+    }
+    volatile unsigned sink = 0;
+    auto bound_fn = [&] {
+        unsigned sum = 0;
+        const std::byte* base = typed.data();
+        for (const std::int64_t at : lines) sum += static_cast<unsigned>(base[at]);
+        sink = sum;
+    };
     auto memcpy_fn = [&] { std::memcpy(copy_dst.data(), copy_src.data(), static_cast<std::size_t>(size)); };
     auto report = [&](const char* op, const std::vector<timing>& t) {
-        const double library_s = t[0].best_s, shunt_s = t[1].best_s, memcpy_s = t[2].best_s, again_s = t[3].best_s;
+        const double library_s = t[0].best_s, shunt_s = t[1].best_s, memcpy_s = t[2].best_s, again_s = t[3].best_s,
+                     bound_s = t[4].best_s;
         out.row({text_cell(op), text_cell(c.family), bytes_cell(c.block),
                  c.stride ? bytes_cell(c.stride) : cell{"rand", ""}, bytes_cell(size), gbs_cell(size, library_s),
                  gbs_cell(size, shunt_s), number_cell(library_s / shunt_s, 2), gbs_cell(size, memcpy_s),
-                 number_cell(memcpy_s / shunt_s, 2), number_cell(library_s / again_s, 2)});
+                 number_cell(memcpy_s / shunt_s, 2), number_cell(library_s / again_s, 2),
+                 number_cell(library_s / bound_s, 1)});
     };
     if (o.selected("pack/" + c.name)) {
         const std::function<void()> variants[] = {
@@ -242,7 +270,8 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
             [&] {
                 int pos = 0;
                 SHUNT_CHECK_MPI(PMPI_Pack(in, 1, type, packed_again.data(), isize, &pos, MPI_COMM_SELF));
-            }};
+            },
+            bound_fn};
         report("pack", measure(variants, o));
     }
     if (o.selected("unpack/" + c.name)) {
@@ -259,7 +288,8 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
             [&] {
                 int pos = 0;
                 SHUNT_CHECK_MPI(PMPI_Unpack(packed_library.data(), isize, &pos, out_again, 1, type, MPI_COMM_SELF));
-            }};
+            },
+            bound_fn};
         report("unpack", measure(variants, o));
     }
 }
@@ -294,7 +324,9 @@ int main(int argc, char** argv) {
         "and shunt in GB/s of packed bytes; shunt/lib = library time / shunt time (above 1: shunt is\n"
         "faster); memcpy = a contiguous copy of the same bytes; shunt/memcpy = memcpy time / shunt time;\n"
         "lib/lib = the library against a second run of itself, interleaved the same way: a control whose\n"
-        "spread is how far this machine moves two identical runs apart (a shunt/lib within it is noise).\n"
+        "spread is how far this machine moves two identical runs apart (a shunt/lib within it is noise);\n"
+        "lib/bound = library time / the time to load one byte of each cache line the type touches, in\n"
+        "address order: no packer can be faster than the library by more than that.\n"
         "Runs on rank 0 of MPI_COMM_WORLD (run it alone, or with mpiexec -n 1).");
     options o = line.parse(argc, argv);
     if (s.quick) {
@@ -360,7 +392,8 @@ int main(int argc, char** argv) {
                        {"shunt/lib", 9, "shunt_over_library"},
                        {"memcpy GB/s", 11, "memcpy_gbs"},
                        {"shunt/memcpy", 12, "shunt_over_memcpy"},
-                       {"lib/lib", 7, "library_over_library_again"}},
+                       {"lib/lib", 7, "library_over_library_again"},
+                       {"lib/bound", 9, "library_over_bound"}},
                       o);
             char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
             int len = 0;
