@@ -1072,6 +1072,23 @@ int entry_error(int rc, const MPI_Status& st) { return rc == MPI_ERR_IN_STATUS ?
 
 }  // namespace
 
+void runtime::settle_freed(shim s, MPI_Request& h, p2p_request& r, const MPI_Status& st, int rc) noexcept {
+    finish(s, r, st, rc, MPI_REQUEST_NULL);
+    if (r.persistent) {
+        PMPI_Request_free(&h);
+        gpu::pool_release(r.block);
+    }
+}
+
+bool runtime::finish_freed(MPI_Request& h, p2p_request& r) noexcept {
+    int flag = 0;
+    MPI_Status st;
+    const int rc = without_errhandler(r.comm, [&] { return PMPI_Test(&h, &flag, &st); });
+    if (!flag && rc == MPI_SUCCESS) return false;
+    settle_freed(shim::request_free, h, r, st, rc);
+    return true;
+}
+
 void runtime::progress_detached() noexcept {
     if (p2p_ == nullptr || p2p_->detached_n.load(std::memory_order_acquire) == 0) return;
     std::vector<std::pair<MPI_Request, p2p_request>> mine;
@@ -1083,21 +1100,11 @@ void runtime::progress_detached() noexcept {
     }
     std::vector<std::pair<MPI_Request, p2p_request>> left;
     for (auto& [h, r] : mine) {
-        int flag = 0;
-        MPI_Status st;
-        const int rc = without_errhandler(r.comm, [&] { return PMPI_Test(&h, &flag, &st); });
-        if (!flag && rc == MPI_SUCCESS) {
-            try {
-                left.emplace_back(h, std::move(r));
-            } catch (...) {
-                internal_failure(shim::request_free, "cannot keep a freed request");
-            }
-            continue;
-        }
-        finish(shim::request_free, r, st, rc, MPI_REQUEST_NULL);
-        if (r.persistent) {
-            PMPI_Request_free(&h);
-            gpu::pool_release(r.block);
+        if (finish_freed(h, r)) continue;
+        try {
+            left.emplace_back(h, std::move(r));
+        } catch (...) {
+            internal_failure(shim::request_free, "cannot keep a freed request");
         }
     }
     if (left.empty()) return;
@@ -1131,11 +1138,7 @@ void runtime::drain_p2p() noexcept {
             if (rc == MPI_SUCCESS && !flag) PMPI_Cancel(&h);
         }
         if (!flag) rc = without_errhandler(r.comm, [&] { return PMPI_Wait(&h, &st); });
-        finish(shim::finalize, r, st, rc, MPI_REQUEST_NULL);
-        if (r.persistent) {
-            PMPI_Request_free(&h);
-            gpu::pool_release(r.block);
-        }
+        settle_freed(shim::finalize, h, r, st, rc);
     }
     gpu::release_pools();
 }
@@ -1330,17 +1333,7 @@ int runtime::request_free(MPI_Request* request) noexcept {
     // MPI_Finalize waits for it.
     MPI_Request h = *request;
     *request = MPI_REQUEST_NULL;
-    int flag = 0;
-    MPI_Status st;
-    const int rc = without_errhandler(r.comm, [&] { return PMPI_Test(&h, &flag, &st); });
-    if (flag || rc != MPI_SUCCESS) {
-        finish(shim::request_free, r, st, rc, MPI_REQUEST_NULL);
-        if (r.persistent) {
-            PMPI_Request_free(&h);
-            gpu::pool_release(r.block);
-        }
-        return MPI_SUCCESS;
-    }
+    if (finish_freed(h, r)) return MPI_SUCCESS;
     try {
         const std::lock_guard lock(p2p_->mutex);
         p2p_->detached.emplace_back(h, std::move(r));

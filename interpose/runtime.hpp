@@ -257,6 +257,11 @@ private:
                      const int* indices) noexcept;
     /// Tests the requests the application freed while active; finishes those that completed.
     void progress_detached() noexcept;
+    /// Tests `h`, a request the application freed while active (without its error handlers);
+    /// when it has completed, settles it and returns true; false while the transfer goes on.
+    bool finish_freed(MPI_Request& h, p2p_request& r) noexcept;
+    /// Finishes a completed freed request (unpack, release) and frees a persistent handle.
+    void settle_freed(shim s, MPI_Request& h, p2p_request& r, const MPI_Status& st, int rc) noexcept;
     /// At MPI_Finalize: waits for every detached request (a receive that has not matched is
     /// cancelled first, so that it cannot hold MPI_Finalize), then releases the pools.
     void drain_p2p() noexcept;
