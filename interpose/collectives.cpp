@@ -131,6 +131,18 @@ type_facts facts_of(MPI_Datatype t, type_memo& memo, const type_cache& types) {
     return f;
 }
 
+/// The element size of a reduction of `type` with `op` shunt can run (into `es`), else why the
+/// library runs it: a type that is not committed, or a reduction shunt does not support.
+pass_reason reduction_element(MPI_Datatype type, MPI_Op op, const type_cache& types, std::int64_t& es) {
+    if (!committed(type, types)) return pass_reason::bad_argument;
+    try {
+        es = mpi_reduction(type, op).element_size();
+    } catch (...) {
+        return pass_reason::unsupported;
+    }
+    return pass_reason::none;
+}
+
 // Argument checks that pass a call to the library run on each rank alone, so they must be what
 // every rank of a valid call answers alike, or what the library itself rejects (erroneous
 // programs): pointers differ per rank. MPI_BOTTOM (a null buffer) is valid with a datatype of
@@ -515,13 +527,8 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
                     settled_on_library(comm, coll_op::allreduce, std::int64_t{count} * ts, live))
         return pass(pass_reason::planned);
     if (count < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
-    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
-    try {
-        es = mpi_reduction(type, op).element_size();
-    } catch (...) {
-        return pass(pass_reason::unsupported);
-    }
+    if (const pass_reason why = reduction_element(type, op, types_, es); why != pass_reason::none) return pass(why);
     device_stage dev(devices_in_use(), library_takes_device());
     if (dev.enabled()) {
         byte_span span;
@@ -553,13 +560,8 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
         return pass(pass_reason::planned);
     if (count < 0 || root < 0 || root >= size || sendbuf == nullptr || (me == root && (recvbuf == nullptr || sendbuf == recvbuf)))
         return pass(pass_reason::bad_argument);
-    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
-    try {
-        es = mpi_reduction(type, op).element_size();
-    } catch (...) {
-        return pass(pass_reason::unsupported);
-    }
+    if (const pass_reason why = reduction_element(type, op, types_, es); why != pass_reason::none) return pass(why);
     device_stage dev(devices_in_use(), library_takes_device());
     if (dev.enabled()) {
         byte_span span;
@@ -590,13 +592,8 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
         settled_on_library(comm, coll_op::reduce_scatter_block, std::int64_t{recvcount} * ts * np, live))
         return pass(pass_reason::planned);
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
-    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
-    try {
-        es = mpi_reduction(type, op).element_size();
-    } catch (...) {
-        return pass(pass_reason::unsupported);
-    }
+    if (const pass_reason why = reduction_element(type, op, types_, es); why != pass_reason::none) return pass(why);
     device_stage dev(devices_in_use(), library_takes_device());
     if (dev.enabled()) {
         byte_span all, mine;
@@ -632,13 +629,8 @@ int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvco
         total += recvcounts[r];
     }
     if (total == 0) return pass(pass_reason::empty);
-    if (!committed(type, types_)) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
-    try {
-        es = mpi_reduction(type, op).element_size();
-    } catch (...) {
-        return pass(pass_reason::unsupported);
-    }
+    if (const pass_reason why = reduction_element(type, op, types_, es); why != pass_reason::none) return pass(why);
     device_stage dev(devices_in_use(), library_takes_device());
     if (int me = 0; dev.enabled() && PMPI_Comm_rank(comm, &me) == MPI_SUCCESS) {
         byte_span all, mine;
