@@ -291,33 +291,43 @@ TEST_CASE("hindexed of a dense child: each entry is one block, so more bytes tha
     CHECK(shunt::flatten(l).size() == n);
 }
 
+/// `rows` rows of `len` bytes `stride` apart as a layout, a typed buffer of seeded bytes, and
+/// the packed bytes it must give (each row copied by hand).
+struct strided_rows {
+    layout form;
+    std::int64_t extent;
+    std::vector<std::byte> typed, expect;
+    strided_rows(std::int64_t len, std::int64_t stride, std::int64_t rows)
+        : form(shunt::make_hvector(rows, len, stride, byte_form, 1)), extent(rows * stride),
+          typed(static_cast<std::size_t>(extent)), expect(static_cast<std::size_t>(rows * len)) {
+        for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>((i * 131) >> 3);
+        for (std::int64_t r = 0; r < rows; ++r)
+            std::memcpy(expect.data() + r * len, typed.data() + r * stride, static_cast<std::size_t>(len));
+    }
+};
+
 TEST_CASE("host packer: rows that stream from memory pack and unpack like rows in cache") {
     // 200-byte rows 256 bytes apart: 131072 rows sweep 32 MiB, past streaming_bytes, so the
     // rows go through the C library's memcpy; the bytes must be the same as the cached path's.
     constexpr std::int64_t len = 200, stride = 256, rows = 131072;
     static_assert(rows * stride >= shunt::detail::pack_program::streaming_bytes);
-    const layout form = shunt::make_hvector(rows, len, stride, byte_form, 1);
-    const std::int64_t extent = rows * stride;
-    REQUIRE(shunt::detail::pack_program(form, extent, 1).streaming());
+    const strided_rows c(len, stride, rows);
+    REQUIRE(shunt::detail::pack_program(c.form, c.extent, 1).streaming());
     REQUIRE_FALSE(shunt::detail::pack_program(shunt::make_hvector(64, len, stride, byte_form, 1), 64 * stride, 1)
                       .streaming());
-    std::vector<std::byte> typed(static_cast<std::size_t>(extent)), packed(static_cast<std::size_t>(rows * len)),
-        expect(packed.size());
-    for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>((i * 131) >> 3);
-    for (std::int64_t r = 0; r < rows; ++r)
-        std::memcpy(expect.data() + r * len, typed.data() + r * stride, static_cast<std::size_t>(len));
-    CHECK(shunt::pack_host(form, extent, 1, typed.data(), packed.data()) == rows * len);
-    CHECK(packed == expect);
+    std::vector<std::byte> packed(c.expect.size());
+    CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data()) == rows * len);
+    CHECK(packed == c.expect);
     // A window that starts and ends inside rows.
     std::vector<std::byte> window(1000);
-    CHECK(shunt::pack_host(form, extent, 1, typed.data(), window.data(), 12345, 1000) == 1000);
-    CHECK(std::memcmp(window.data(), expect.data() + 12345, 1000) == 0);
+    CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), window.data(), 12345, 1000) == 1000);
+    CHECK(std::memcmp(window.data(), c.expect.data() + 12345, 1000) == 0);
     // Unpacking scatters the rows back and leaves the gaps alone.
-    std::vector<std::byte> back(typed.size(), std::byte{0x5a});
-    CHECK(shunt::unpack_host(form, extent, 1, packed.data(), back.data()) == rows * len);
+    std::vector<std::byte> back(c.typed.size(), std::byte{0x5a});
+    CHECK(shunt::unpack_host(c.form, c.extent, 1, packed.data(), back.data()) == rows * len);
     bool same = true;
-    for (std::int64_t i = 0; i < extent && same; ++i)
-        same = back[static_cast<std::size_t>(i)] == (i % stride < len ? typed[static_cast<std::size_t>(i)] : std::byte{0x5a});
+    for (std::int64_t i = 0; i < c.extent && same; ++i)
+        same = back[static_cast<std::size_t>(i)] == (i % stride < len ? c.typed[static_cast<std::size_t>(i)] : std::byte{0x5a});
     CHECK(same);
 }
 
@@ -329,16 +339,11 @@ TEST_CASE("host packer: short rows in cache lines of their own gather like the i
     REQUIRE_FALSE(shunt::detail::sparse_gather(stride, 64, len));          // cached
     REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows * 16, len));   // beyond 64 MiB
     REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows, 32));         // long rows
-    const layout form = shunt::make_hvector(rows, len, stride, byte_form, 1);
-    const std::int64_t extent = rows * stride;
-    std::vector<std::byte> typed(static_cast<std::size_t>(extent)), packed(static_cast<std::size_t>(rows * len)),
-        expect(packed.size());
-    for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>((i * 131) >> 3);
-    for (std::int64_t r = 0; r < rows; ++r)
-        std::memcpy(expect.data() + r * len, typed.data() + r * stride, static_cast<std::size_t>(len));
-    CHECK(shunt::pack_host(form, extent, 1, typed.data(), packed.data()) == rows * len);
-    CHECK(packed == expect);
+    const strided_rows c(len, stride, rows);
+    std::vector<std::byte> packed(c.expect.size());
+    CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data()) == rows * len);
+    CHECK(packed == c.expect);
     std::vector<std::byte> window(1000);
-    CHECK(shunt::pack_host(form, extent, 1, typed.data(), window.data(), 4001, 1000) == 1000);
-    CHECK(std::memcmp(window.data(), expect.data() + 4001, 1000) == 0);
+    CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), window.data(), 4001, 1000) == 1000);
+    CHECK(std::memcmp(window.data(), c.expect.data() + 4001, 1000) == 0);
 }
