@@ -193,10 +193,12 @@ TEST_CASE("flatten caps the number of blocks") {
     const layout huge{{{1 << 20, 64}, {1 << 20, 2}}, {{0, 1}}};
     CHECK_THROWS_AS(shunt::flatten(huge), shunt::unsupported);
     // A struct that would have to flatten too much is left to the library.
-    const layout strided{{{std::int64_t{1} << 21, 2}}, {{0, 1}}};
-    const std::vector<std::int64_t> lens{1, 1}, displs{0, std::int64_t{1} << 23};
+    // Two children of just over half the cap each.
+    const auto half = static_cast<std::int64_t>(shunt::max_flat_blocks / 2 + 1);
+    const layout strided{{{half, 2}}, {{0, 1}}};
+    const std::vector<std::int64_t> lens{1, 1}, displs{0, 4 * half};
     const std::vector<const layout*> kids{&strided, &strided};
-    const std::vector<std::int64_t> ext{std::int64_t{1} << 22, std::int64_t{1} << 22};
+    const std::vector<std::int64_t> ext{2 * half, 2 * half};
     CHECK_THROWS_AS(shunt::make_struct(lens, displs, kids, ext), shunt::unsupported);
     // ...but a uniform hindexed of the same child stays strided.
     CHECK_NOTHROW(shunt::make_hindexed(lens, displs, strided, std::int64_t{1} << 22));
@@ -275,9 +277,9 @@ TEST_CASE("flatten of an unsimplified layout with a count-0 dimension is empty")
 }
 
 TEST_CASE("hindexed of a dense child: each entry is one block, so more bytes than max_flat_blocks decode") {
-    // 600,000 irregular entries of 4 bytes each: 2.4 million bytes, 600,000 blocks.
+    // Irregular entries of 4 bytes each: 4 bytes per block, more bytes than the cap on blocks.
     const layout byte_form{{}, {{0, 1}}};
-    const std::size_t n = 600000;
+    const std::size_t n = shunt::max_flat_blocks / 4 + 100000;
     std::vector<std::int64_t> lens(n, 4), displs(n);
     std::int64_t at = 0;
     for (std::size_t i = 0; i < n; ++i) {

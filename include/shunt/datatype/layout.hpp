@@ -62,7 +62,7 @@ struct layout {
 
 /// Cap on the number of blocks a layout may be flattened to; beyond it a constructor throws
 /// shunt::unsupported and the type is left to the library.
-inline constexpr std::size_t max_flat_blocks = std::size_t{1} << 20;
+inline constexpr std::size_t max_flat_blocks = std::size_t{1} << 23;
 
 /// Layouts of at most this many flat blocks are canonicalised through their flat block list.
 inline constexpr std::size_t canonical_flatten_limit = std::size_t{1} << 14;
