@@ -276,7 +276,7 @@ void pack_side(runtime::w_side& s, MPI_Comm comm) {
         if (b.bytes == 0 || b.direct) continue;
         std::byte* out = stage + b.offset;
         if (b.info != nullptr) {
-            if (pack_host(b.info->form, b.info->extent, b.count, b.at, out) != b.bytes)
+            if (pack_host(*b.info, b.count, b.at, out) != b.bytes)
                 throw error("the host packer packed a block short");
         } else {
             library_move(true, b.at, b.count, b.type, out, comm);
@@ -310,7 +310,7 @@ void unpack_side(runtime::w_side& s, MPI_Comm comm) {
         if (b.bytes == 0 || b.direct) continue;
         const std::byte* in = stage + b.offset;
         if (b.info != nullptr) {
-            if (unpack_host(b.info->form, b.info->extent, b.count, in, b.at) != b.bytes)
+            if (unpack_host(*b.info, b.count, in, b.at) != b.bytes)
                 throw error("the host packer unpacked a block short");
         } else {
             library_move(false, b.at, b.count, b.type, const_cast<std::byte*>(in), comm);

@@ -180,8 +180,8 @@ public:
 private:
     void move(bool pack) {
         if (info_ != nullptr) {  // shunt's host packer, 64-bit throughout
-            const std::int64_t moved = pack ? pack_host(info_->form, info_->extent, count_, buf_, data_)
-                                            : unpack_host(info_->form, info_->extent, count_, data_, buf_);
+            const std::int64_t moved = pack ? pack_host(*info_, count_, buf_, data_)
+                                            : unpack_host(*info_, count_, data_, buf_);
             if (moved != bytes_) throw error("the host packer moved " + std::to_string(moved) + " of " +
                                              std::to_string(bytes_) + " bytes");
             return;

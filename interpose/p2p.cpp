@@ -162,7 +162,7 @@ struct scoped_block {
 void pack_into(const runtime::p2p_plan& plan, const void* buf, void* out) {
     std::int64_t done = 0;
     switch (plan.method) {
-        case p2p_method::host: done = pack_host(plan.t->form, plan.t->extent, plan.count, buf, out); break;
+        case p2p_method::host: done = pack_host(*plan.t, plan.count, buf, out); break;
         case p2p_method::one_shot:
         case p2p_method::device:
             done = gpu::pack(*plan.form, buf, out, nullptr);
@@ -217,7 +217,7 @@ void pack_many(std::span<const pack_job> jobs) {
 void unpack_from(const runtime::p2p_plan& plan, const void* in, std::int64_t n, void* buf) {
     if (n <= 0) return;
     switch (plan.method) {
-        case p2p_method::host: unpack_host(plan.t->form, plan.t->extent, plan.count, in, buf, 0, n); break;
+        case p2p_method::host: unpack_host(*plan.t, plan.count, in, buf, 0, n); break;
         case p2p_method::one_shot:
         case p2p_method::device:
             gpu::unpack(*plan.form, in, buf, nullptr, 0, n);
@@ -494,13 +494,13 @@ bool runtime::device_pack(direction d, const void* in, void* out, int count, MPI
             } else {  // host typed buffer, packed bytes on the device: host packer and a copy
                 const scoped_block staging(gpu::pool_acquire(gpu::pool_kind::pinned, static_cast<std::size_t>(bytes)));
                 if (packing) {
-                    pack_host(t->form, t->extent, count, typed, staging.b.ptr);
+                    pack_host(*t, count, typed, staging.b.ptr);
                     gpu::copy(packed, staging.b.ptr, static_cast<std::size_t>(bytes), nullptr);
                     gpu::synchronize(nullptr);
                 } else {
                     gpu::copy(staging.b.ptr, packed, static_cast<std::size_t>(bytes), nullptr);
                     gpu::synchronize(nullptr);
-                    unpack_host(t->form, t->extent, count, staging.b.ptr, const_cast<void*>(typed));
+                    unpack_host(*t, count, staging.b.ptr, const_cast<void*>(typed));
                 }
             }
         }

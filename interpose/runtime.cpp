@@ -425,7 +425,7 @@ int runtime::pack(const void* inbuf, int incount, MPI_Datatype type, void* outbu
             return PMPI_Pack(inbuf, 0, type, outbuf, outsize, &probe, comm);
         },
         [&](const type_info& t) {
-            return pack_host(t.form, t.extent, incount, inbuf, static_cast<char*>(outbuf) + *position);
+            return pack_host(t, incount, inbuf, static_cast<char*>(outbuf) + *position);
         });
 }
 
@@ -449,7 +449,7 @@ int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, 
             return PMPI_Unpack(inbuf, insize, &probe, outbuf, 0, type, comm);
         },
         [&](const type_info& t) {
-            return unpack_host(t.form, t.extent, outcount, static_cast<const char*>(inbuf) + *position, outbuf);
+            return unpack_host(t, outcount, static_cast<const char*>(inbuf) + *position, outbuf);
         });
 }
 

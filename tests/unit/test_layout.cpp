@@ -376,3 +376,33 @@ TEST_CASE("host packer: every row length below strides 8, 16 and 32, by byte com
     }
     shunt::detail::masked_blocks_allowed = true;
 }
+
+TEST_CASE("host packer: a decoded type's overloads give the layout overloads' bytes") {
+    // Three irregular blocks repeated in two dimensions, two elements, whole and in windows;
+    // and a form whose dimension has no iterations.
+    const layout form{{{3, 96}, {4, 24}}, {{0, 3}, {5, 7}, {17, 2}}};
+    shunt::type_info t;
+    t.form = form;
+    t.size = form.size();
+    t.extent = 3 * 96;
+    REQUIRE(t.size == 3 * 4 * 12);
+    std::vector<std::byte> typed(static_cast<std::size_t>(2 * t.extent));
+    for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>(i * 37 + 1);
+    const auto total = static_cast<std::size_t>(2 * t.size);
+    for (const std::int64_t first : {0, 1, 100, 287}) {
+        CAPTURE(first);
+        std::vector<std::byte> a(total), b(total);
+        CHECK(shunt::pack_host(form, t.extent, 2, typed.data(), a.data(), first, 97) ==
+              shunt::pack_host(t, 2, typed.data(), b.data(), first, 97));
+        CHECK(a == b);
+        std::vector<std::byte> ua(typed.size()), ub(typed.size());
+        CHECK(shunt::unpack_host(form, t.extent, 2, a.data(), ua.data(), first, 97) ==
+              shunt::unpack_host(t, 2, a.data(), ub.data(), first, 97));
+        CHECK(ua == ub);
+    }
+    shunt::type_info none;
+    none.form = layout{{{0, 8}}, {{0, 1}, {3, 1}}};
+    none.extent = 8;
+    std::byte out[8]{};
+    CHECK(shunt::pack_host(none, 4, typed.data(), out) == 0);
+}

@@ -104,9 +104,9 @@ inline time_table measure_pack(bool library, bool unpack, std::int64_t block_len
         else if (library)
             e = time_call([&] { int pos = 0; PMPI_Unpack(packed.data(), psize, &pos, typed.data(), 1, vt.get(), MPI_COMM_SELF); }, p);
         else if (!unpack)
-            e = time_call([&] { pack_host(info.form, info.extent, 1, typed.data(), packed.data()); }, p);
+            e = time_call([&] { pack_host(info, 1, typed.data(), packed.data()); }, p);
         else
-            e = time_call([&] { unpack_host(info.form, info.extent, 1, packed.data(), typed.data()); }, p);
+            e = time_call([&] { unpack_host(info, 1, packed.data(), typed.data()); }, p);
         t.set({static_cast<double>(vt.packed()), e.value, e.spread});
     }
     return t;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <shunt/datatype/layout.hpp>
+#include <shunt/datatype/type_info.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -29,14 +30,24 @@ struct pack_level {
     std::int64_t inner;
 };
 
+/// Bytes one pass over form's block list packs, from the element size when the caller knows it
+/// (a type_info's: no pass over a list of millions of blocks on every call), else summed.
+inline std::int64_t block_bytes_of(const layout& form, std::int64_t element_size) {
+    if (element_size < 0 || form.blocks.size() <= 1) return form.block_bytes();
+    std::int64_t per = element_size;
+    for (const auto& d : form.dims) per = d.count > 0 ? per / d.count : 0;
+    return per;
+}
+
 /// A layout with the element count folded in as its outermost dimension, merged where the
 /// elements tile. Small programs live on the stack; deep ones spill to the heap.
+/// `element_size`, when not negative, is form.size(), known to the caller.
 class pack_program {
 public:
-    pack_program(const layout& form, std::int64_t extent, std::int64_t count) {
+    pack_program(const layout& form, std::int64_t extent, std::int64_t count, std::int64_t element_size = -1) {
         blocks_ = form.blocks.data();
         nblocks_ = form.blocks.size();
-        block_bytes_ = form.block_bytes();
+        block_bytes_ = block_bytes_of(form, element_size);
         const std::size_t n = form.dims.size() + 1;
         levels_ = n <= inline_levels ? inline_ : (heap_.resize(n), heap_.data());
         nlevels_ = 0;
@@ -486,8 +497,8 @@ inline void range(const pack_program& p, std::size_t k, std::uintptr_t base, std
 }
 
 template <bool Pack>
-inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64_t count, std::uintptr_t typed,
-                             std::byte* packed, std::int64_t first, std::int64_t max_bytes) {
+inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64_t count, std::int64_t element_size,
+                             std::uintptr_t typed, std::byte* packed, std::int64_t first, std::int64_t max_bytes) {
     if (count <= 0 || first < 0 || max_bytes <= 0) return 0;
     // One contiguous run (a dense type, or one element of a single-block type): one copy,
     // without building a program.
@@ -502,7 +513,7 @@ inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64
             std::memcpy(run, packed, static_cast<std::size_t>(n));
         return n;
     }
-    const pack_program p(form, extent, count);
+    const pack_program p(form, extent, count, element_size);
     const std::int64_t total = p.total();
     if (first >= total) return 0;
     const std::int64_t hi = max_bytes >= total - first ? total : first + max_bytes;
@@ -524,7 +535,16 @@ inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64
 inline std::int64_t pack_host(const layout& form, std::int64_t extent, std::int64_t count, const void* inbuf,
                               void* out, std::int64_t first = 0,
                               std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max()) {
-    return detail::transfer<true>(form, extent, count, reinterpret_cast<std::uintptr_t>(inbuf),
+    return detail::transfer<true>(form, extent, count, -1, reinterpret_cast<std::uintptr_t>(inbuf),
+                                  static_cast<std::byte*>(out), first, max_bytes);
+}
+
+/// pack_host for a decoded type (t.size is t.form.size(), as decode() guarantees): the same
+/// bytes, without summing a long block list on every call.
+inline std::int64_t pack_host(const type_info& t, std::int64_t count, const void* inbuf, void* out,
+                              std::int64_t first = 0,
+                              std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max()) {
+    return detail::transfer<true>(t.form, t.extent, count, t.size, reinterpret_cast<std::uintptr_t>(inbuf),
                                   static_cast<std::byte*>(out), first, max_bytes);
 }
 
@@ -533,7 +553,16 @@ inline std::int64_t pack_host(const layout& form, std::int64_t extent, std::int6
 inline std::int64_t unpack_host(const layout& form, std::int64_t extent, std::int64_t count, const void* in,
                                 void* outbuf, std::int64_t first = 0,
                                 std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max()) {
-    return detail::transfer<false>(form, extent, count, reinterpret_cast<std::uintptr_t>(outbuf),
+    return detail::transfer<false>(form, extent, count, -1, reinterpret_cast<std::uintptr_t>(outbuf),
+                                   const_cast<std::byte*>(static_cast<const std::byte*>(in)), first, max_bytes);
+}
+
+/// unpack_host for a decoded type (t.size is t.form.size()): the same bytes, without summing a
+/// long block list on every call.
+inline std::int64_t unpack_host(const type_info& t, std::int64_t count, const void* in, void* outbuf,
+                                std::int64_t first = 0,
+                                std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max()) {
+    return detail::transfer<false>(t.form, t.extent, count, t.size, reinterpret_cast<std::uintptr_t>(outbuf),
                                    const_cast<std::byte*>(static_cast<const std::byte*>(in)), first, max_bytes);
 }
 
