@@ -406,3 +406,28 @@ TEST_CASE("host packer: a decoded type's overloads give the layout overloads' by
     std::byte out[8]{};
     CHECK(shunt::pack_host(none, 4, typed.data(), out) == 0);
 }
+
+TEST_CASE("host packer: long rows written past stream_store_bytes go through streaming stores") {
+    // 1000-byte rows 1096 bytes apart: 17000 rows write 17 MB in one call, past
+    // stream_store_bytes, over a span past streaming_bytes; row starts fall at every 8-byte
+    // offset within a cache line, so copy_stream's masked head and tail are exercised.
+    constexpr std::int64_t len = 1000, stride = 1096, rows = 17000;
+    static_assert(rows * len >= shunt::detail::pack_program::stream_store_bytes);
+    const strided_rows c(len, stride, rows);
+    REQUIRE(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores());
+    // The same rows in a call that writes less stay in the cache.
+    REQUIRE_FALSE(shunt::detail::pack_program(shunt::make_hvector(rows / 2, len, stride, byte_form, 1),
+                                              rows / 2 * stride, 1)
+                      .stream_stores());
+    std::vector<std::byte> packed(c.expect.size() + 1);
+    // A packed stream one byte past an aligned start, so its rows' heads differ from the typed ones.
+    CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data() + 1) == rows * len);
+    CHECK(std::memcmp(packed.data() + 1, c.expect.data(), c.expect.size()) == 0);
+    std::vector<std::byte> back(c.typed.size(), std::byte{0x5a});
+    CHECK(shunt::unpack_host(c.form, c.extent, 1, packed.data() + 1, back.data()) == rows * len);
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < c.extent; ++i)
+        wrong += back[static_cast<std::size_t>(i)] !=
+                 (i % stride < len ? c.typed[static_cast<std::size_t>(i)] : std::byte{0x5a});
+    CHECK(wrong == 0);
+}

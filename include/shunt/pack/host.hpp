@@ -78,6 +78,7 @@ public:
                                           : static_cast<double>(levels_[0].count) *
                                                 std::fabs(static_cast<double>(levels_[0].stride));
         streaming_ = span >= static_cast<double>(streaming_bytes);
+        stream_stores_ = streaming_ && total_ >= stream_store_bytes;
     }
     pack_program(const pack_program&) = delete;
     pack_program& operator=(const pack_program&) = delete;
@@ -92,6 +93,11 @@ public:
     /// machine's 32 MiB L3): long rows then go through rows_libc.
     bool streaming() const { return streaming_; }
     static constexpr std::int64_t streaming_bytes = std::int64_t{16} << 20;
+    /// True when, besides streaming, one call writes so many bytes (stream_store_bytes, 8 times
+    /// an L2 and a good share of any L3) that they would only push other data out of the caches
+    /// on their way to memory: long rows are then stored non-temporally (rows_stream).
+    bool stream_stores() const { return stream_stores_; }
+    static constexpr std::int64_t stream_store_bytes = std::int64_t{16} << 20;
 
 private:
     static constexpr std::size_t inline_levels = 12;
@@ -105,6 +111,7 @@ private:
     block single_{};
     std::int64_t total_;
     bool streaming_ = false;
+    bool stream_stores_ = false;
 };
 
 inline std::byte* at(std::uintptr_t base, std::int64_t offset) {
@@ -243,6 +250,40 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* bloc
     return packed;
 }
 
+/// Copies n > 0 bytes to dst with streaming (non-temporal) stores for its 64-byte-aligned body
+/// and masked stores for the unaligned head and tail: the written lines are not read for
+/// ownership first and do not displace the cache. Callers fence once after a batch.
+__attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_stream(std::byte* dst, const std::byte* src,
+                                                                                   std::int64_t n) {
+    const std::int64_t head = std::min<std::int64_t>((-reinterpret_cast<std::intptr_t>(dst)) & 63, n);
+    if (head > 0) {
+        const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(head));
+        _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+    }
+    std::int64_t k = head;
+    for (; k + 64 <= n; k += 64)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + k), _mm512_loadu_si512(src + k));
+    if (k < n) {
+        const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(n - k));
+        _mm512_mask_storeu_epi8(dst + k, m, _mm512_maskz_loadu_epi8(m, src + k));
+    }
+}
+
+/// n strided rows through copy_stream, then a store fence (so that the rows are visible to
+/// whoever the caller hands them to, as after ordinary stores).
+template <bool Pack>
+__attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_stream(std::byte* typed, std::byte* packed,
+                                                                                   std::int64_t stride, std::int64_t n,
+                                                                                   std::int64_t len) {
+    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
+        if constexpr (Pack)
+            copy_stream(packed, typed, len);
+        else
+            copy_stream(typed, packed, len);
+    }
+    _mm_sfence();
+}
+
 /// True when this CPU has the AVX-512 subsets blocks_masked uses (decided once) and the tests
 /// have not switched the path off (masked_blocks_allowed).
 inline bool masked_blocks_available() {
@@ -372,7 +413,7 @@ inline bool window_pays(std::int64_t stride, std::int64_t len) {
 /// loop whose copy the compiler turns into plain moves.
 template <bool Pack>
 inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
-                 bool streaming) {
+                 bool streaming, bool stream_stores) {
     // Packing tiny aligned blocks: the compiler's vectorised gather beats the window compress.
     const auto tiny = [&] {
         if (n < 16) return false;
@@ -386,6 +427,7 @@ inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::
     if (Pack && tiny()) return;
     if (Pack && sparse_gather(stride, n, len)) return rows_libc<Pack>(typed, packed, stride, n, len);
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
+    if (stream_stores && len >= 256 && masked_blocks_available()) return rows_stream<Pack>(typed, packed, stride, n, len);
     if (streaming && len >= 128) return rows_libc<Pack>(typed, packed, stride, n, len);
     if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
     if (n >= 16 && stride > len && stride <= 32 && 64 % stride == 0 && window_pays(stride, len) &&
@@ -458,7 +500,8 @@ inline void full(const pack_program& p, std::size_t k, std::uintptr_t base, std:
     if (k + 1 == p.nlevels()) {
         if (p.nblocks() == 1) {
             const block& b = p.blocks()[0];
-            rows<Pack>(at(base, b.offset + i0 * lv.stride), packed, lv.stride, i1 - i0, b.length, p.streaming());
+            rows<Pack>(at(base, b.offset + i0 * lv.stride), packed, lv.stride, i1 - i0, b.length, p.streaming(),
+                       p.stream_stores());
             return;
         }
         for (std::int64_t i = i0; i < i1; ++i)
