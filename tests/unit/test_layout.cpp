@@ -410,7 +410,7 @@ TEST_CASE("host packer: a decoded type's overloads give the layout overloads' by
 TEST_CASE("host packer: long rows written past stream_store_bytes go through streaming stores") {
     // 1000-byte rows 1096 bytes apart: 17000 rows write 17 MB in one call, past
     // stream_store_bytes, over a span past streaming_bytes; row starts fall at every 8-byte
-    // offset within a cache line, so copy_stream's masked head and tail are exercised.
+    // offset within a cache line, so copy_wide<true>'s masked head and tail are exercised.
     constexpr std::int64_t len = 1000, stride = 1096, rows = 17000;
     static_assert(rows * len >= shunt::detail::pack_program::stream_store_bytes);
     const strided_rows c(len, stride, rows);

@@ -96,7 +96,7 @@ public:
     /// True when, besides streaming, one call writes so many bytes (stream_store_bytes, 8 times
     /// an L2 and a good share of any L3) that they would only push other data out of the caches
     /// on their way to memory: rows of a cache line or more are then stored non-temporally
-    /// (rows_stream). In bench-pack's 16 MiB vectors of 64-512 B rows that packed 1.3-3.6x and
+    /// (rows_wide with Stream). In bench-pack's 16 MiB vectors of 64-512 B rows that packed 1.3-3.6x and
     /// unpacked 3-5.6x faster than the cached stores (it avoids reading each written line
     /// first); shorter rows would stream partial lines, which is slower.
     bool stream_stores() const { return stream_stores_; }
@@ -166,28 +166,47 @@ inline std::atomic<bool> masked_blocks_allowed{true};
 #if defined(__x86_64__) && defined(__GNUC__)
 #define SHUNT_HAVE_MASKED_BLOCKS 1
 /// Copies n > 0 bytes as whole 64-byte vector moves and one masked move for the rest (no
-/// byte outside [0, n) is read or written).
+/// byte outside [0, n) is read or written). With Stream, the moves of the 64-byte-aligned body
+/// are streaming (non-temporal) stores, after one masked move up to the alignment: the
+/// written lines are not read for ownership first and do not displace the cache; callers
+/// fence once after a batch.
+template <bool Stream = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_wide(std::byte* dst, const std::byte* src,
                                                                                  std::int64_t n) {
     std::int64_t k = 0;
-    for (; k + 64 <= n; k += 64) _mm512_storeu_si512(dst + k, _mm512_loadu_si512(src + k));
+    if constexpr (Stream) {
+        k = std::min<std::int64_t>((-reinterpret_cast<std::intptr_t>(dst)) & 63, n);
+        if (k > 0) {
+            const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(k));
+            _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
+        }
+    }
+    for (; k + 64 <= n; k += 64) {
+        if constexpr (Stream)
+            _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + k), _mm512_loadu_si512(src + k));
+        else
+            _mm512_storeu_si512(dst + k, _mm512_loadu_si512(src + k));
+    }
     if (k < n) {
         const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(n - k));
         _mm512_mask_storeu_epi8(dst + k, m, _mm512_maskz_loadu_epi8(m, src + k));
     }
 }
 
-/// n strided rows of len >= 64 bytes with copy_wide.
-template <bool Pack>
+/// n strided rows of len >= 64 bytes with copy_wide; with Stream, its streaming stores and then
+/// a store fence (so that the rows are visible to whoever the caller hands them to, as after
+/// ordinary stores).
+template <bool Pack, bool Stream = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(std::byte* typed, std::byte* packed,
                                                                                  std::int64_t stride, std::int64_t n,
                                                                                  std::int64_t len) {
     for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
         if constexpr (Pack)
-            copy_wide(packed, typed, len);
+            copy_wide<Stream>(packed, typed, len);
         else
-            copy_wide(typed, packed, len);
+            copy_wide<Stream>(typed, packed, len);
     }
+    if constexpr (Stream) _mm_sfence();
 }
 
 /// n rows of len bytes, `stride` bytes apart, where stride divides 64 and len < stride: each
@@ -251,40 +270,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* bloc
         packed += len;
     }
     return packed;
-}
-
-/// Copies n > 0 bytes to dst with streaming (non-temporal) stores for its 64-byte-aligned body
-/// and masked stores for the unaligned head and tail: the written lines are not read for
-/// ownership first and do not displace the cache. Callers fence once after a batch.
-__attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_stream(std::byte* dst, const std::byte* src,
-                                                                                   std::int64_t n) {
-    const std::int64_t head = std::min<std::int64_t>((-reinterpret_cast<std::intptr_t>(dst)) & 63, n);
-    if (head > 0) {
-        const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(head));
-        _mm512_mask_storeu_epi8(dst, m, _mm512_maskz_loadu_epi8(m, src));
-    }
-    std::int64_t k = head;
-    for (; k + 64 <= n; k += 64)
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + k), _mm512_loadu_si512(src + k));
-    if (k < n) {
-        const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(n - k));
-        _mm512_mask_storeu_epi8(dst + k, m, _mm512_maskz_loadu_epi8(m, src + k));
-    }
-}
-
-/// n strided rows through copy_stream, then a store fence (so that the rows are visible to
-/// whoever the caller hands them to, as after ordinary stores).
-template <bool Pack>
-__attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_stream(std::byte* typed, std::byte* packed,
-                                                                                   std::int64_t stride, std::int64_t n,
-                                                                                   std::int64_t len) {
-    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
-        if constexpr (Pack)
-            copy_stream(packed, typed, len);
-        else
-            copy_stream(typed, packed, len);
-    }
-    _mm_sfence();
 }
 
 /// True when this CPU has the AVX-512 subsets blocks_masked uses (decided once) and the tests
@@ -430,7 +415,7 @@ inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::
     if (Pack && tiny()) return;
     if (Pack && sparse_gather(stride, n, len)) return rows_libc<Pack>(typed, packed, stride, n, len);
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
-    if (stream_stores && len >= 64 && masked_blocks_available()) return rows_stream<Pack>(typed, packed, stride, n, len);
+    if (stream_stores && len >= 64 && masked_blocks_available()) return rows_wide<Pack, true>(typed, packed, stride, n, len);
     if (streaming && len >= 128) return rows_libc<Pack>(typed, packed, stride, n, len);
     if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
     if (n >= 16 && stride > len && stride <= 32 && 64 % stride == 0 && window_pays(stride, len) &&
