@@ -352,6 +352,14 @@ bool runtime::settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes, 
     return true;
 }
 
+bool runtime::settled_on_library(MPI_Comm comm, coll_op op, int count, MPI_Datatype type, bool per_rank,
+                                 bool live) noexcept {
+    int ts = 0, np = 1;
+    if (count <= 0 || PMPI_Type_size(type, &ts) != MPI_SUCCESS) return false;
+    if (per_rank && PMPI_Comm_size(comm, &np) != MPI_SUCCESS) return false;
+    return settled_on_library(comm, op, std::int64_t{count} * ts * np, live);
+}
+
 bool runtime::measured_live(MPI_Datatype type, MPI_Op op) const noexcept {
     return cfg_.coll == coll_choice::measure || exact_reduction(type, op);
 }
@@ -523,9 +531,7 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
     if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
     if (count == 0) return pass(pass_reason::empty);
     const bool live = measured_live(type, op);
-    if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
-                    settled_on_library(comm, coll_op::allreduce, std::int64_t{count} * ts, live))
-        return pass(pass_reason::planned);
+    if (settled_on_library(comm, coll_op::allreduce, count, type, false, live)) return pass(pass_reason::planned);
     if (count < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     if (const pass_reason why = reduction_element(type, op, types_, es); why != pass_reason::none) return pass(why);
@@ -555,9 +561,7 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
     if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (count == 0) return pass(pass_reason::empty);
     const bool live = measured_live(type, op);
-    if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
-        settled_on_library(comm, coll_op::reduce, std::int64_t{count} * ts, live))
-        return pass(pass_reason::planned);
+    if (settled_on_library(comm, coll_op::reduce, count, type, false, live)) return pass(pass_reason::planned);
     if (count < 0 || root < 0 || root >= size || sendbuf == nullptr || (me == root && (recvbuf == nullptr || sendbuf == recvbuf)))
         return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
@@ -588,8 +592,7 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
     if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (recvcount == 0) return pass(pass_reason::empty);
     const bool live = measured_live(type, op);
-    if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
-        settled_on_library(comm, coll_op::reduce_scatter_block, std::int64_t{recvcount} * ts * np, live))
+    if (settled_on_library(comm, coll_op::reduce_scatter_block, recvcount, type, true, live))
         return pass(pass_reason::planned);
     if (recvcount < 0 || recvbuf == nullptr || sendbuf == recvbuf) return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
@@ -658,9 +661,7 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
     const bool in_place = sendbuf == MPI_IN_PLACE;
     int size = 0, me = 0;
     if (recvcount == 0) return pass(pass_reason::empty);
-    if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(recvtype, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
-        settled_on_library(comm, coll_op::allgather, std::int64_t{recvcount} * ts * np))
-        return pass(pass_reason::planned);
+    if (settled_on_library(comm, coll_op::allgather, recvcount, recvtype, true)) return pass(pass_reason::planned);
     if (recvcount < 0 || aliased(sendbuf, recvbuf) || PMPI_Comm_size(comm, &size) != MPI_SUCCESS ||
         PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);
@@ -786,9 +787,7 @@ int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Com
     if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
     int size = 0, me = 0, inter = 0;
     if (count == 0) return pass(pass_reason::empty);
-    if (int ts = 0; count > 0 && PMPI_Type_size(type, &ts) == MPI_SUCCESS &&
-        settled_on_library(comm, coll_op::bcast, std::int64_t{count} * ts))
-        return pass(pass_reason::planned);
+    if (settled_on_library(comm, coll_op::bcast, count, type, false)) return pass(pass_reason::planned);
     if (count < 0 || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || root < 0 ||
         root >= size)
@@ -823,9 +822,7 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
     const bool in_place = sendbuf == MPI_IN_PLACE;
     int size = 0, inter = 0;
     if (recvcount == 0) return pass(pass_reason::empty);
-    if (int ts = 0, np = 0; recvcount > 0 && PMPI_Type_size(recvtype, &ts) == MPI_SUCCESS && PMPI_Comm_size(comm, &np) == MPI_SUCCESS &&
-        settled_on_library(comm, coll_op::alltoall, std::int64_t{recvcount} * ts * np))
-        return pass(pass_reason::planned);
+    if (settled_on_library(comm, coll_op::alltoall, recvcount, recvtype, true)) return pass(pass_reason::planned);
     if (recvcount < 0 || aliased(sendbuf, recvbuf) || PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter ||
         PMPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return pass(pass_reason::bad_argument);

@@ -320,6 +320,10 @@ private:
     /// True when comm's planner has settled on the library for (op, bytes): the lock-free path
     /// taken before any other check (counted as a planned pass by the caller).
     bool settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes, bool live = true) noexcept;
+    /// settled_on_library for `count` elements of `type` (times comm's size when `per_rank`);
+    /// false for a count of zero or less, or where the library rejects the type or communicator.
+    bool settled_on_library(MPI_Comm comm, coll_op op, int count, MPI_Datatype type, bool per_rank,
+                            bool live = true) noexcept;
     /// True when a reduction of `type` with `op` may be measured in the run: its result is the
     /// same whoever computes it (integers, MIN/MAX, logical and bitwise operations), or
     /// SHUNT_COLL=measure. Floating-point sums and products are decided from the model alone.
