@@ -296,15 +296,26 @@ TEST_CASE("hindexed of a dense child: each entry is one block, so more bytes tha
 /// `rows` rows of `len` bytes `stride` apart as a layout, a typed buffer of seeded bytes, and
 /// the packed bytes it must give (each row copied by hand).
 struct strided_rows {
+    /// What an unpack's target buffer holds before it, and must still hold between the rows.
+    static constexpr std::byte gap{0x5a};
+    std::int64_t len, stride;
     layout form;
     std::int64_t extent;
     std::vector<std::byte> typed, expect;
     strided_rows(std::int64_t len, std::int64_t stride, std::int64_t rows)
-        : form(shunt::make_hvector(rows, len, stride, byte_form, 1)), extent(rows * stride),
+        : len(len), stride(stride), form(shunt::make_hvector(rows, len, stride, byte_form, 1)), extent(rows * stride),
           typed(static_cast<std::size_t>(extent)), expect(static_cast<std::size_t>(rows * len)) {
         for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>((i * 131) >> 3);
         for (std::int64_t r = 0; r < rows; ++r)
             std::memcpy(expect.data() + r * len, typed.data() + r * stride, static_cast<std::size_t>(len));
+    }
+    /// Bytes of `back` (a buffer of `gap` bytes that the packed rows were unpacked into) that
+    /// are not the typed bytes within a row, or not `gap` between rows.
+    std::int64_t wrong_after_unpack(const std::vector<std::byte>& back) const {
+        std::int64_t wrong = 0;
+        for (std::int64_t i = 0; i < extent; ++i)
+            wrong += back[static_cast<std::size_t>(i)] != (i % stride < len ? typed[static_cast<std::size_t>(i)] : gap);
+        return wrong;
     }
 };
 
@@ -325,12 +336,9 @@ TEST_CASE("host packer: rows that stream from memory pack and unpack like rows i
     CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), window.data(), 12345, 1000) == 1000);
     CHECK(std::memcmp(window.data(), c.expect.data() + 12345, 1000) == 0);
     // Unpacking scatters the rows back and leaves the gaps alone.
-    std::vector<std::byte> back(c.typed.size(), std::byte{0x5a});
+    std::vector<std::byte> back(c.typed.size(), strided_rows::gap);
     CHECK(shunt::unpack_host(c.form, c.extent, 1, packed.data(), back.data()) == rows * len);
-    bool same = true;
-    for (std::int64_t i = 0; i < c.extent && same; ++i)
-        same = back[static_cast<std::size_t>(i)] == (i % stride < len ? c.typed[static_cast<std::size_t>(i)] : std::byte{0x5a});
-    CHECK(same);
+    CHECK(c.wrong_after_unpack(back) == 0);
 }
 
 TEST_CASE("host packer: short rows in cache lines of their own gather like the inline loop") {
@@ -365,13 +373,9 @@ TEST_CASE("host packer: every row length below strides 8, 16 and 32, by byte com
                 std::vector<std::byte> packed(c.expect.size());
                 CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data()) == rows * len);
                 CHECK(packed == c.expect);
-                std::vector<std::byte> back(c.typed.size(), std::byte{0x5a});
+                std::vector<std::byte> back(c.typed.size(), strided_rows::gap);
                 CHECK(shunt::unpack_host(c.form, c.extent, 1, packed.data(), back.data()) == rows * len);
-                std::int64_t wrong = 0;
-                for (std::int64_t i = 0; i < c.extent; ++i)
-                    wrong += back[static_cast<std::size_t>(i)] !=
-                             (i % stride < len ? c.typed[static_cast<std::size_t>(i)] : std::byte{0x5a});
-                CHECK(wrong == 0);
+                CHECK(c.wrong_after_unpack(back) == 0);
             }
     }
     shunt::detail::masked_blocks_allowed = true;
@@ -423,11 +427,7 @@ TEST_CASE("host packer: long rows written past stream_store_bytes go through str
     // A packed stream one byte past an aligned start, so its rows' heads differ from the typed ones.
     CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data() + 1) == rows * len);
     CHECK(std::memcmp(packed.data() + 1, c.expect.data(), c.expect.size()) == 0);
-    std::vector<std::byte> back(c.typed.size(), std::byte{0x5a});
+    std::vector<std::byte> back(c.typed.size(), strided_rows::gap);
     CHECK(shunt::unpack_host(c.form, c.extent, 1, packed.data() + 1, back.data()) == rows * len);
-    std::int64_t wrong = 0;
-    for (std::int64_t i = 0; i < c.extent; ++i)
-        wrong += back[static_cast<std::size_t>(i)] !=
-                 (i % stride < len ? c.typed[static_cast<std::size_t>(i)] : std::byte{0x5a});
-    CHECK(wrong == 0);
+    CHECK(c.wrong_after_unpack(back) == 0);
 }
