@@ -96,9 +96,9 @@ public:
     /// True when, besides streaming, one call writes so many bytes (stream_store_bytes, 8 times
     /// an L2 and a good share of any L3) that they would only push other data out of the caches
     /// on their way to memory: rows of a cache line or more are then stored non-temporally
-    /// (rows_wide with Stream). In bench-pack's 16 MiB vectors of 64-512 B rows that packed 1.3-3.6x and
-    /// unpacked 3-5.6x faster than the cached stores (it avoids reading each written line
-    /// first); shorter rows would stream partial lines, which is slower.
+    /// (rows_wide with Stream). In bench-pack's 16 MiB vectors of 64-512 B rows that packed
+    /// 1.3-3.6x and unpacked 3-5.6x faster than the cached stores (it avoids reading each
+    /// written line first); shorter rows would stream partial lines, which is slower.
     bool stream_stores() const { return stream_stores_; }
     static constexpr std::int64_t stream_store_bytes = std::int64_t{16} << 20;
 
