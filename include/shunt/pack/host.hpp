@@ -6,6 +6,7 @@
 #include <shunt/datatype/type_info.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -280,6 +281,115 @@ inline bool masked_blocks_available() {
     return ok && masked_blocks_allowed.load(std::memory_order_relaxed);
 }
 
+/// The lane indices of rows_lanes for rows of L bytes every R * L bytes: `pack` picks every R-th
+/// L-byte lane of two concatenated vectors into the first 64 / R bytes of the result (the rest
+/// repeats them); `spread[r]` moves packed lanes r * E / R up to r * E / R + E / R - 1 (E lanes
+/// of L bytes in a vector) to every R-th lane of the r-th typed vector.
+template <std::int64_t L, std::int64_t R>
+struct lane_index {
+    static constexpr int E = static_cast<int>(64 / L);
+    static constexpr std::array<std::uint8_t, 64> lanes(auto value) {
+        std::array<std::uint8_t, 64> b{};
+        for (int j = 0; j < E; ++j)
+            for (int k = 0; k < L; ++k) b[j * L + k] = static_cast<std::uint8_t>(k < 2 ? value(j) >> (8 * k) : 0);
+        return b;
+    }
+    alignas(64) static constexpr std::array<std::uint8_t, 64> pack = lanes([](int j) { return (j * R) % (2 * E); });
+    alignas(64) static constexpr std::array<std::array<std::uint8_t, 64>, R> spread = [] {
+        std::array<std::array<std::uint8_t, 64>, R> s{};
+        for (int r = 0; r < R; ++r) s[r] = lanes([r](int j) { return r * (E / R) + j / R; });
+        return s;
+    }();
+};
+
+/// Lane permutes of L-byte lanes (the AVX-512 instruction for each lane width).
+template <std::int64_t L>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline __m512i permute2(__m512i a, __m512i idx, __m512i b) {
+    if constexpr (L == 1) return _mm512_permutex2var_epi8(a, idx, b);
+    else if constexpr (L == 2) return _mm512_permutex2var_epi16(a, idx, b);
+    else if constexpr (L == 4) return _mm512_permutex2var_epi32(a, idx, b);
+    else return _mm512_permutex2var_epi64(a, idx, b);
+}
+template <std::int64_t L>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline __m512i permute1(__m512i idx, __m512i a) {
+    if constexpr (L == 1) return _mm512_permutexvar_epi8(idx, a);
+    else if constexpr (L == 2) return _mm512_permutexvar_epi16(idx, a);
+    // The full-mask forms: gcc 12's unmasked ones warn of an uninitialised (unused) operand.
+    else if constexpr (L == 4) return _mm512_maskz_permutexvar_epi32(0xffff, idx, a);
+    else return _mm512_maskz_permutexvar_epi64(0xff, idx, a);
+}
+
+/// n rows of L bytes (1, 2, 4 or 8) exactly R * L bytes apart (R 2 or 4), by lane permutes:
+/// packing gathers every R-th lane of R vectors into one 64-byte store (one two-source permute
+/// per pair of vectors, and at R = 4 one shuffle of their halves); unpacking spreads 64 packed
+/// bytes over R vectors, one permute each, stored under a mask of the row lanes (the gaps are
+/// not written). A group of 64 / L rows is packed only while a row follows it, so no load
+/// reaches past the last row's end; the rest go row by row. Packing 64 KiB of 2-byte rows at
+/// stride 8 ran at 22.5 GB/s against 8.5 for the compiler's gather (x86-64 baseline), and
+/// 16 MiB objects of 1-8-byte rows at stride 2 or 4 times the row packed 1.1-1.5x faster.
+template <bool Pack, std::int64_t L, std::int64_t R>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void rows_lanes(std::byte* typed, std::byte* packed,
+                                                                               std::int64_t n) {
+    using idx = lane_index<L, R>;
+    constexpr std::int64_t group = idx::E;  // rows per 64 packed bytes
+    std::int64_t i = 0;
+    if constexpr (Pack) {
+        const __m512i pick = _mm512_load_si512(idx::pack.data());
+        for (; i + group < n; i += group, typed += 64 * R, packed += 64) {
+            __m512i out = permute2<L>(_mm512_loadu_si512(typed), pick, _mm512_loadu_si512(typed + 64));
+            if constexpr (R == 4)
+                out = _mm512_maskz_shuffle_i64x2(
+                    0xff, out, permute2<L>(_mm512_loadu_si512(typed + 128), pick, _mm512_loadu_si512(typed + 192)),
+                    0x44);
+            _mm512_storeu_si512(packed, out);
+        }
+    } else {
+        std::uint64_t row_lanes = 0;
+        for (int j = 0; j < idx::E; j += R) row_lanes |= std::uint64_t{1} << j;
+        for (; i + group <= n; i += group, typed += 64 * R, packed += 64) {
+            const __m512i in = _mm512_loadu_si512(packed);
+            for (int r = 0; r < R; ++r) {
+                const __m512i v = permute1<L>(_mm512_load_si512(idx::spread[r].data()), in);
+                std::byte* to = typed + 64 * r;
+                if constexpr (L == 1) _mm512_mask_storeu_epi8(to, row_lanes, v);
+                else if constexpr (L == 2) _mm512_mask_storeu_epi16(to, static_cast<__mmask32>(row_lanes), v);
+                else if constexpr (L == 4) _mm512_mask_storeu_epi32(to, static_cast<__mmask16>(row_lanes), v);
+                else _mm512_mask_storeu_epi64(to, static_cast<__mmask8>(row_lanes), v);
+            }
+        }
+    }
+    for (; i < n; ++i, typed += R * L, packed += L) {
+        if constexpr (Pack)
+            std::memcpy(packed, typed, L);
+        else
+            std::memcpy(typed, packed, L);
+    }
+}
+
+/// True when the CPU has AVX512-VBMI (byte permutes) for rows_lanes.
+inline bool lane_rows_available() {
+    static const bool ok = __builtin_cpu_supports("avx512vbmi");
+    return ok && masked_blocks_available();
+}
+
+/// rows_lanes where it applies: packing rows of 1, 2, 4 or 8 bytes at 2 or 4 times their
+/// length, and unpacking rows of 4 or 8 bytes (for 1 and 2 bytes, rows_window's byte expand
+/// ran as fast or faster). Returns false where it does not.
+template <bool Pack>
+inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+    if (n < 2 * 64 / len || (!Pack && len < 4) || !lane_rows_available()) return false;
+    const std::int64_t r = stride / len;
+    if (stride != r * len || (r != 2 && r != 4)) return false;
+    const bool two = r == 2;
+    switch (len) {
+        case 1: return (two ? rows_lanes<Pack, 1, 2> : rows_lanes<Pack, 1, 4>)(typed, packed, n), true;
+        case 2: return (two ? rows_lanes<Pack, 2, 2> : rows_lanes<Pack, 2, 4>)(typed, packed, n), true;
+        case 4: return (two ? rows_lanes<Pack, 4, 2> : rows_lanes<Pack, 4, 4>)(typed, packed, n), true;
+        case 8: return (two ? rows_lanes<Pack, 8, 2> : rows_lanes<Pack, 8, 4>)(typed, packed, n), true;
+        default: return false;
+    }
+}
+
 /// True when the CPU also has AVX512-VBMI2 (byte compress and expand) for rows_window.
 inline bool window_rows_available() {
     static const bool ok = __builtin_cpu_supports("avx512vbmi2");
@@ -412,6 +522,9 @@ inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::
             default: return false;
         }
     };
+#ifdef SHUNT_HAVE_MASKED_BLOCKS
+    if (rows_permuted<Pack>(typed, packed, stride, n, len)) return;
+#endif
     if (Pack && tiny()) return;
     if (Pack && sparse_gather(stride, n, len)) return rows_libc<Pack>(typed, packed, stride, n, len);
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
