@@ -302,38 +302,62 @@ struct lane_index {
     }();
 };
 
-/// Lane permutes of L-byte lanes (the AVX-512 instruction for each lane width).
+/// Lane permutes of L-byte lanes, L 2, 4 or 8 (AVX-512 F and BW; byte lanes would need VBMI).
 template <std::int64_t L>
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline __m512i permute2(__m512i a, __m512i idx, __m512i b) {
-    if constexpr (L == 1) return _mm512_permutex2var_epi8(a, idx, b);
-    else if constexpr (L == 2) return _mm512_permutex2var_epi16(a, idx, b);
+__attribute__((target("avx512f,avx512bw"))) inline __m512i permute2(__m512i a, __m512i idx, __m512i b) {
+    static_assert(L == 2 || L == 4 || L == 8);
+    if constexpr (L == 2) return _mm512_permutex2var_epi16(a, idx, b);
     else if constexpr (L == 4) return _mm512_permutex2var_epi32(a, idx, b);
     else return _mm512_permutex2var_epi64(a, idx, b);
 }
 template <std::int64_t L>
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) inline __m512i permute1(__m512i idx, __m512i a) {
-    if constexpr (L == 1) return _mm512_permutexvar_epi8(idx, a);
-    else if constexpr (L == 2) return _mm512_permutexvar_epi16(idx, a);
+__attribute__((target("avx512f,avx512bw"))) inline __m512i permute1(__m512i idx, __m512i a) {
+    static_assert(L == 2 || L == 4 || L == 8);
+    if constexpr (L == 2) return _mm512_permutexvar_epi16(idx, a);
     // The full-mask forms: gcc 12's unmasked ones warn of an uninitialised (unused) operand.
     else if constexpr (L == 4) return _mm512_maskz_permutexvar_epi32(0xffff, idx, a);
     else return _mm512_maskz_permutexvar_epi64(0xff, idx, a);
 }
 
-/// n rows of L bytes (1, 2, 4 or 8) exactly R * L bytes apart (R 2 or 4), by lane permutes:
-/// packing gathers every R-th lane of R vectors into one 64-byte store (one two-source permute
-/// per pair of vectors, and at R = 4 one shuffle of their halves); unpacking spreads 64 packed
-/// bytes over R vectors, one permute each, stored under a mask of the row lanes (the gaps are
-/// not written). A group of 64 / L rows is packed only while a row follows it, so no load
-/// reaches past the last row's end; the rest go row by row. Packing 64 KiB of 2-byte rows at
-/// stride 8 ran at 22.5 GB/s against 8.5 for the compiler's gather (x86-64 baseline), and
+/// Every R-th byte of the R vectors at `typed` (R 2 or 4), with AVX-512 F and BW only (CPUs
+/// without VBMI's byte permutes, Skylake and Cascade Lake among them): at R = 2 the low bytes of
+/// the words, packed with saturation within each 128-bit lane and the lanes put back in order;
+/// at R = 4 the dwords truncated to bytes.
+template <std::int64_t R>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i gather_bytes(const std::byte* typed) {
+    if constexpr (R == 2) {
+        const __m512i low = _mm512_set1_epi16(0xff), order = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+        const __m512i packed = _mm512_packus_epi16(_mm512_and_si512(_mm512_loadu_si512(typed), low),
+                                                   _mm512_and_si512(_mm512_loadu_si512(typed + 64), low));
+        return _mm512_maskz_permutexvar_epi64(0xff, order, packed);
+    } else {
+        __m128i quarter[4];
+        for (int k = 0; k < 4; ++k) quarter[k] = _mm512_maskz_cvtepi32_epi8(0xffff, _mm512_loadu_si512(typed + 64 * k));
+        const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(quarter[0]), quarter[1], 1);
+        const __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(quarter[2]), quarter[3], 1);
+        return _mm512_maskz_inserti64x4(0xff, _mm512_castsi256_si512(lo), hi, 1);
+    }
+}
+
+/// n rows of L bytes (1, 2, 4 or 8) exactly R * L bytes apart (R 2 or 4), by lane permutes: packing
+/// gathers every R-th lane of R vectors into one 64-byte store (one two-source permute per pair of
+/// vectors, and at R = 4 one shuffle of their halves; bytes by gather_bytes); unpacking (L 2, 4 or
+/// 8) spreads 64 packed bytes over R vectors, one permute each, stored under a mask of the row
+/// lanes (the gaps are not written). A group of 64 / L rows is packed only while a row follows it,
+/// so no load reaches past the last row's end; the rest go row by row. Packing 64 KiB of 2-byte
+/// rows at stride 8 ran at 22.5 GB/s against 8.5 for the compiler's gather (x86-64 baseline), and
 /// 16 MiB objects of 1-8-byte rows at stride 2 or 4 times the row packed 1.1-1.5x faster.
 template <bool Pack, std::int64_t L, std::int64_t R>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void rows_lanes(std::byte* typed, std::byte* packed,
-                                                                               std::int64_t n) {
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_lanes(std::byte* typed, std::byte* packed,
+                                                                   std::int64_t n) {
+    static_assert(Pack || L != 1, "byte rows unpack by rows_window");
     using idx = lane_index<L, R>;
     constexpr std::int64_t group = idx::E;  // rows per 64 packed bytes
     std::int64_t i = 0;
-    if constexpr (Pack) {
+    if constexpr (Pack && L == 1) {
+        for (; i + group < n; i += group, typed += 64 * R, packed += 64)
+            _mm512_storeu_si512(packed, gather_bytes<R>(typed));
+    } else if constexpr (Pack) {
         const __m512i pick = _mm512_load_si512(idx::pack.data());
         for (; i + group < n; i += group, typed += 64 * R, packed += 64) {
             __m512i out = permute2<L>(_mm512_loadu_si512(typed), pick, _mm512_loadu_si512(typed + 64));
@@ -351,8 +375,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void rows_lanes(
             for (int r = 0; r < R; ++r) {
                 const __m512i v = permute1<L>(_mm512_load_si512(idx::spread[r].data()), in);
                 std::byte* to = typed + 64 * r;
-                if constexpr (L == 1) _mm512_mask_storeu_epi8(to, row_lanes, v);
-                else if constexpr (L == 2) _mm512_mask_storeu_epi16(to, static_cast<__mmask32>(row_lanes), v);
+                if constexpr (L == 2) _mm512_mask_storeu_epi16(to, static_cast<__mmask32>(row_lanes), v);
                 else if constexpr (L == 4) _mm512_mask_storeu_epi32(to, static_cast<__mmask16>(row_lanes), v);
                 else _mm512_mask_storeu_epi64(to, static_cast<__mmask8>(row_lanes), v);
             }
@@ -366,34 +389,32 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi"))) void rows_lanes(
     }
 }
 
-/// True when the CPU has AVX512-VBMI (byte permutes) for rows_lanes.
-inline bool lane_rows_available() {
-    static const bool ok = __builtin_cpu_supports("avx512vbmi");
+/// True when the CPU also has AVX512-VBMI2 (byte compress and expand) for rows_window.
+inline bool window_rows_available() {
+    static const bool ok = __builtin_cpu_supports("avx512vbmi2");
     return ok && masked_blocks_available();
 }
 
 /// rows_lanes where it applies: packing rows of 1, 2, 4 or 8 bytes at 2 or 4 times their
-/// length, and unpacking rows of 4 or 8 bytes (for 1 and 2 bytes, rows_window's byte expand
-/// ran as fast or faster). Returns false where it does not.
+/// length, and unpacking rows of 2, 4 or 8 bytes (byte rows, and 2-byte rows where the CPU has
+/// VBMI2, unpack by rows_window's byte expand, which ran as fast or faster). Returns false where
+/// it does not.
 template <bool Pack>
 inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
-    if (n < 2 * 64 / len || (!Pack && len < 4) || !lane_rows_available()) return false;
+    if (n < 2 * 64 / len || !masked_blocks_available()) return false;
+    if (!Pack && (len == 1 || (len == 2 && window_rows_available()))) return false;
     const std::int64_t r = stride / len;
     if (stride != r * len || (r != 2 && r != 4)) return false;
     const bool two = r == 2;
     switch (len) {
-        case 1: return (two ? rows_lanes<Pack, 1, 2> : rows_lanes<Pack, 1, 4>)(typed, packed, n), true;
+        case 1:
+            if constexpr (Pack) return (two ? rows_lanes<Pack, 1, 2> : rows_lanes<Pack, 1, 4>)(typed, packed, n), true;
+            return false;
         case 2: return (two ? rows_lanes<Pack, 2, 2> : rows_lanes<Pack, 2, 4>)(typed, packed, n), true;
         case 4: return (two ? rows_lanes<Pack, 4, 2> : rows_lanes<Pack, 4, 4>)(typed, packed, n), true;
         case 8: return (two ? rows_lanes<Pack, 8, 2> : rows_lanes<Pack, 8, 4>)(typed, packed, n), true;
         default: return false;
     }
-}
-
-/// True when the CPU also has AVX512-VBMI2 (byte compress and expand) for rows_window.
-inline bool window_rows_available() {
-    static const bool ok = __builtin_cpu_supports("avx512vbmi2");
-    return ok && masked_blocks_available();
 }
 #endif
 
