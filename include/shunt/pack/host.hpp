@@ -533,7 +533,8 @@ inline bool window_pays(std::int64_t stride, std::int64_t len) {
 template <bool Pack>
 inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
                  bool streaming, bool stream_stores) {
-    // Packing tiny aligned blocks: the compiler's vectorised gather beats the window compress.
+    // Packing tiny aligned blocks where rows_lanes does not apply (no AVX-512, or fewer rows than
+    // two of its groups): the compiler's vectorised gather beats the window compress.
     const auto tiny = [&] {
         if (n < 16) return false;
         switch (len) {
