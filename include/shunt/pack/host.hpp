@@ -401,11 +401,11 @@ inline bool window_rows_available() {
 /// it does not.
 template <bool Pack>
 inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
-    if (n < 2 * 64 / len || !masked_blocks_available()) return false;
+    // The shape first, without a division: rows() calls this for every run of rows.
+    if ((len != 1 && len != 2 && len != 4 && len != 8) || (stride != 2 * len && stride != 4 * len)) return false;
+    if (n * len < 2 * 64 || !masked_blocks_available()) return false;
     if (!Pack && (len == 1 || (len == 2 && window_rows_available()))) return false;
-    const std::int64_t r = stride / len;
-    if (stride != r * len || (r != 2 && r != 4)) return false;
-    const bool two = r == 2;
+    const bool two = stride == 2 * len;
     switch (len) {
         case 1:
             if constexpr (Pack) return (two ? rows_lanes<Pack, 1, 2> : rows_lanes<Pack, 1, 4>)(typed, packed, n), true;
