@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <sys/stat.h>
@@ -19,12 +20,23 @@ using namespace shunt;
 
 namespace {
 
-std::string temp_dir() {
-    char tmpl[] = "/tmp/shunt-model-test-XXXXXX";
-    const char* d = ::mkdtemp(tmpl);
-    REQUIRE(d != nullptr);
-    return d;
-}
+/// A scratch directory under $TMPDIR (else /tmp), removed with everything in it at scope end.
+struct temp_dir {
+    std::string path;
+    temp_dir() {
+        const char* base = std::getenv("TMPDIR");
+        std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/shunt-model-test-XXXXXX";
+        const char* d = ::mkdtemp(tmpl.data());
+        REQUIRE(d != nullptr);
+        path = d;
+    }
+    temp_dir(const temp_dir&) = delete;
+    temp_dir& operator=(const temp_dir&) = delete;
+    ~temp_dir() {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+    }
+};
 
 void write_file(const std::string& path, const std::string& text) {
     std::ofstream(path) << text;
@@ -93,8 +105,8 @@ TEST_CASE("pack predictions interpolate across measured block lengths") {
 }
 
 TEST_CASE("model file round trip, written atomically and readable by the user only") {
-    const std::string dir = temp_dir();
-    const std::string path = dir + "/sub/model.json";
+    const temp_dir scratch;
+    const std::string path = scratch.path + "/sub/model.json";
     cost_model m;
     m.id = {"hostA", "none", "Open MPI v4.1.4"};
     m.set("copy.memcpy", time_table({{1024, 1e-7, 1e-9}, {1 << 20, 1e-4, 1e-6}}));
@@ -107,11 +119,11 @@ TEST_CASE("model file round trip, written atomically and readable by the user on
     CHECK(r.problem.empty());
     CHECK(r.model->tables() == m.tables());
     CHECK(r.model->id == m.id);
-    std::remove(path.c_str());
 }
 
 TEST_CASE("missing, corrupt, stale and foreign model files are diagnosed, never fatal") {
-    const std::string dir = temp_dir();
+    const temp_dir scratch;
+    const std::string& dir = scratch.path;
     const model_identity me{"hostA", "none", "mpi"};
 
     auto missing = load_model(dir + "/nope.json", &me);
