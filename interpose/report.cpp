@@ -185,10 +185,11 @@ std::string runtime::decisions_text(bool one_line) const {
     const std::size_t shown = std::min<std::size_t>(all.size(), 8);
     for (std::size_t i = 0; i < shown; ++i) {
         const plan_decision& d = all[i];
-        std::string alts;
+        std::string alts = d.measured ? "measured " : d.measuring ? "measuring; predicted " : "predicted ";
         for (std::uint8_t k = 0; k < d.count; ++k)
             alts += format("%s%.*s %.3g us", k ? ", " : "", static_cast<int>(d.alternatives[k].method.size()),
-                           d.alternatives[k].method.data(), d.alternatives[k].predicted_s * 1e6);
+                           d.alternatives[k].method.data(),
+                           (d.measured && k < d.measured_s.size() ? d.measured_s[k] : d.alternatives[k].predicted_s) * 1e6);
         out += format(one_line ? "; %s %" PRId64 : "\n    %s %" PRId64 " bytes in %" PRId64 " blocks -> %.*s%s x %" PRIu64 " (%s)",
                       std::string(to_string(d.op)).c_str(), d.bytes, d.blocks, static_cast<int>(d.method().size()),
                       d.method().data(), d.forced ? " (forced)" : "", d.taken, alts.c_str());

@@ -279,6 +279,21 @@ void runtime::observe(bool library, direction d, const pack_plan& plan, double s
     }
 }
 
+void runtime::measured(direction d, MPI_Datatype type, int count, const pack_plan& plan, double seconds) noexcept {
+    try {
+        if (!planner_.record(plan.measure, seconds) || !cfg_.log.enabled(log_level::debug, log_category::decide)) return;
+        const plan_decision pd = planner_.decision(plan.measure.key);
+        const shim s = d == direction::pack ? shim::pack : shim::unpack;
+        log_debug(log_category::decide,
+                  "%s of %d x %s (%" PRId64 " bytes in %" PRId64 " blocks over %" PRId64 " bytes): %s (measured library %.3g us, "
+                  "shunt's host packer %.3g us)",
+                  shim_names[static_cast<std::size_t>(s)], count, handle_text(type).c_str(), pd.bytes, pd.blocks,
+                  plan.measure.key.span, pd.method() == "host" ? "shunt's host packer" : "the library",
+                  pd.measured_s[0] * 1e6, pd.measured_s[1] * 1e6);
+    } catch (...) {
+    }
+}
+
 int runtime::pack_size(int incount, MPI_Datatype type, MPI_Comm comm, int* size) noexcept {
     count(shim::pack_size);
     return PMPI_Pack_size(incount, type, comm, size);
@@ -304,7 +319,7 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
             std::uint64_t types = 0, generation = 0;
             std::int64_t blocks = -1;
             std::atomic<std::uint64_t>* taken = nullptr;
-            bool host = false;
+            bool host = false, measured = false;
         };
         thread_local last_decision last[2];
         last_decision& l = last[d == direction::unpack ? 1 : 0];
@@ -312,15 +327,22 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
         if (l.info == info && l.count == count && l.types == types && l.generation == generation &&
             l.taken != nullptr && !cfg_.log.enabled(log_level::trace, log_category::decide)) {
             l.taken->fetch_add(1, std::memory_order_relaxed);
-            plan = {bytes, l.blocks, true};
+            plan = {bytes, l.blocks, true, l.measured, {}};
             return l.host ? pass_reason::none : pass_reason::planned;
         }
         bool is_new = false;
         std::atomic<std::uint64_t>* taken = nullptr;
-        const plan_decision decision = planner_.pack(*info, count, d == direction::unpack, &is_new, &taken);
-        plan = {bytes, decision.blocks, true};
-        const bool host = decision.method() == "host";
-        l = {info, count, types, generation, decision.blocks, taken, host};
+        planner::measure_call measure;
+        const plan_decision decision = planner_.pack(*info, count, d == direction::unpack, &is_new, &taken,
+                                                     cfg_.pack == pack_choice::model ? nullptr : &measure);
+        plan = {bytes, decision.blocks, true, decision.measured, measure};
+        // While the planner measures the key, it names this call's method, and nothing is cached.
+        const bool host = measure.measuring ? decision.alternatives[measure.method].method == "host"
+                                            : decision.method() == "host";
+        if (measure.measuring)
+            l = {};
+        else
+            l = {info, count, types, generation, decision.blocks, taken, host, decision.measured};
         // Each distinct decision once at debug (SHUNT_LOG=decide), every call at trace.
         if (cfg_.log.enabled(is_new ? log_level::debug : log_level::trace, log_category::decide)) {
             std::string alternatives;
@@ -365,24 +387,38 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     // a wrong choice can turn back. Only the burst's last call is timed: a method that ran
     // hundreds of calls ago starts with cold caches and predictors, and one cold call would
     // overstate its cost several times over.
-    const sampling sample = plan.decided && (why == pass_reason::planned || why == pass_reason::none)
-                                ? next_sample(d)
-                                : sampling::none;
+    // A call the planner is measuring the key with runs the method it names, and is not sampled.
+    const bool measuring = plan.measure.measuring && (why == pass_reason::planned || why == pass_reason::none);
+    sampling sample = plan.decided && !measuring && (why == pass_reason::planned || why == pass_reason::none)
+                          ? next_sample(d)
+                          : sampling::none;
+    // A key decided from its own measured times keeps its method: a burst only times it.
+    if (plan.measured && sample == sampling::explore) sample = sampling::none;
+    if (plan.measured && sample == sampling::explore_timed) sample = sampling::timed;
     if (sample == sampling::explore || sample == sampling::explore_timed)
         why = why == pass_reason::planned ? pass_reason::none : pass_reason::planned;
     const bool timed = sample == sampling::timed || sample == sampling::explore_timed;
-    if (why == pass_reason::planned && timed) {  // the library's time refines the model too
+    const bool clocked = timed || (measuring && plan.measure.timed);
+    if (why == pass_reason::planned && clocked) {  // the library's time refines the model too
         const double t0 = detail::now_s();
-        const int rc = pass(why);
-        if (rc == MPI_SUCCESS) observe(true, d, plan, detail::now_s() - t0);
+        const int rc = pass(measuring ? pass_reason::measuring : why);
+        if (rc == MPI_SUCCESS) {
+            const double took = detail::now_s() - t0;
+            if (timed) observe(true, d, plan, took);
+            if (measuring) measured(d, type, count, plan, took);
+        }
         return rc;
     }
-    if (why != pass_reason::none) return pass(why);
+    if (why != pass_reason::none) return pass(measuring && why == pass_reason::planned ? pass_reason::measuring : why);
     if (bytes > 0) {
         try {
-            const double t0 = timed ? detail::now_s() : 0;
+            const double t0 = clocked ? detail::now_s() : 0;
             const std::int64_t done = move(*info);
-            if (timed) observe(false, d, plan, detail::now_s() - t0);
+            if (clocked) {
+                const double took = detail::now_s() - t0;
+                if (timed) observe(false, d, plan, took);
+                if (measuring && done == bytes) measured(d, type, count, plan, took);
+            }
             if (done != bytes)
                 throw error(std::string(name) + " moved " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes");
         } catch (const unsupported& e) {

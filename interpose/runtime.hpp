@@ -213,6 +213,8 @@ private:
     struct pack_plan {
         std::int64_t bytes = 0, blocks = 0;
         bool decided = false;  ///< the planner chose (not forced, not empty)
+        bool measured = false;  ///< from the key's own measured times: the other method is not explored
+        planner::measure_call measure;  ///< while the planner measures the key: this call's part
     };
     pass_reason prepare(direction d, MPI_Datatype type, int count, std::int64_t room, const type_info*& info,
                         std::int64_t& bytes, pack_plan& plan) noexcept;
@@ -221,6 +223,8 @@ private:
     template <class Pass, class Probe, class Move>
     int transfer(direction d, MPI_Datatype type, int count, std::int64_t room, int* position, MPI_Comm comm,
                  Pass pass, Probe probe, Move move) noexcept;
+    /// Passes a measuring call's seconds to the planner; logs the key's verdict when it settles.
+    void measured(direction d, MPI_Datatype type, int count, const pack_plan& plan, double seconds) noexcept;
     void internal_failure(shim s, const char* what) noexcept;
     /// Inside a catch block of a planner (MPI_Pack's, point-to-point's): what the exception in
     /// flight makes of the call. A size or type shunt refuses goes to the library quietly

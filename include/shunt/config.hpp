@@ -63,8 +63,9 @@ enum class report_mode : std::uint8_t { off, rank, summary };
 
 /// SHUNT_PACK: who packs non-contiguous data (MPI_Pack / MPI_Unpack, point-to-point), and how
 /// device buffers move: `device`, `one_shot` and `staged` force a method for device buffers
-/// (host buffers then go by the cost model, as with `automatic`).
-enum class pack_choice : std::uint8_t { automatic, library, host, device, one_shot, staged };
+/// (host buffers then go by the cost model, as with `automatic`). `model` is `automatic`
+/// without measuring the first calls of each MPI_Pack/MPI_Unpack layout (shunt::planner).
+enum class pack_choice : std::uint8_t { automatic, library, host, device, one_shot, staged, model };
 
 /// SHUNT_COLL: who runs the collectives shunt intercepts. `measure` is `automatic` with
 /// floating-point reductions measured in the run too (their bits then may differ run to run).
@@ -95,13 +96,14 @@ struct choice_names<report_mode> {
 
 template <>
 struct choice_names<pack_choice> {
-    static constexpr std::array<std::pair<std::string_view, pack_choice>, 6> values = {
+    static constexpr std::array<std::pair<std::string_view, pack_choice>, 7> values = {
         {{"auto", pack_choice::automatic},
          {"library", pack_choice::library},
          {"host", pack_choice::host},
          {"device", pack_choice::device},
          {"one-shot", pack_choice::one_shot},
-         {"staged", pack_choice::staged}}};
+         {"staged", pack_choice::staged},
+         {"model", pack_choice::model}}};
 };
 
 template <>
@@ -294,9 +296,11 @@ using coll_kind = choice_kind<coll_choice>;
       "at MPI_Finalize print shunt's counters: rank = one line per rank, summary = one table by rank 0") \
     X(pack, "SHUNT_PACK", ::shunt::detail::pack_kind, "auto",                                           \
       "who packs non-contiguous data in MPI_Pack/MPI_Unpack and point-to-point calls: auto = the cost " \
-      "model decides per call, library = always the MPI library, host = shunt's host packer whenever "  \
-      "the type is supported; device, one-shot, staged = that method for device buffers (pack on the "  \
-      "device for a CUDA-aware MPI, pack into mapped pinned memory, pack then copy to pinned memory)")  \
+      "model decides per call (MPI_Pack/MPI_Unpack measuring both packers on the first calls of each "  \
+      "layout), model = auto without that measuring, library = always the MPI library, host = "        \
+      "shunt's host packer whenever the type is supported; device, one-shot, staged = that method for " \
+      "device buffers (pack on the device for a CUDA-aware MPI, pack into mapped pinned memory, pack "  \
+      "then copy to pinned memory)")                                                                    \
     X(cuda_aware, "SHUNT_CUDA_AWARE", ::shunt::detail::flag_kind, "0",                                  \
       "1: the MPI library accepts device pointers (overrides MPIX_Query_cuda_support where the MPI "    \
       "has it); 0 and unset without that query: device buffers are staged through host memory")        \

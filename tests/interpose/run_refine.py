@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""tests/interpose/run_refine.py: shunt's online refinement undoes a wrong model during a run.
+"""tests/interpose/run_refine.py: shunt undoes a wrong model during a run, two ways.
 
   run_refine.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --shunt-info I -- PACK_LOOP
 
 Writes a model file for this machine (its identity from shunt-info) whose 1-byte-block pack and
 unpack tables say the library is a little faster than shunt's host packer: at 64 KiB, a few times
 faster than the library really is and a few times slower than shunt really is (within the 8x a
-correction may move). pack_loop, preloaded with that model, must start on the library (the model's
-decision, in the SHUNT_LOG=decide line) and end with most of its calls on shunt's packer (the
-SHUNT_REPORT counts): the timed calls and the explore bursts corrected the model. Exit status: 0
-pass, 1 fail.
+correction may move). pack_loop runs preloaded with that model twice; each time it must start on
+the library (the model's decision, in the SHUNT_LOG=decide line):
+- with SHUNT_PACK=model (no measuring of the layout), it must end with most of its calls on
+  shunt's packer (the SHUNT_REPORT counts): the timed calls and the explore bursts corrected the
+  model;
+- with the default SHUNT_PACK=auto, the planner measures the layout on its first calls: the
+  decide log must show shunt's packer chosen from measured times, and no more calls than the
+  measuring takes (two warm-ups and the planner's trials) may reach the library.
+Exit status: 0 pass, 1 fail.
 """
 import argparse
 import json
@@ -20,6 +25,7 @@ import sys
 import tempfile
 
 TIMEOUT = 240
+MEASURE_TRIALS = 4  # shunt::planner::measure_trials
 
 
 def fail(what, p=None):
@@ -72,24 +78,36 @@ def main():
         cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", "1"]
         cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
         cmd += command
-        run_env = dict(env, SHUNT_MODEL=model, SHUNT_LOG="debug:decide", SHUNT_REPORT="rank")
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            fail(f"timed out after {TIMEOUT} s: {' '.join(cmd)}")
-        if p.returncode != 0 or "every byte right" not in p.stdout:
-            fail("pack_loop must pack and unpack every byte right under shunt", p)
-        for op in ("MPI_Pack", "MPI_Unpack"):
-            if not re.search(rf"decide: {op} of 1 x \S+ \(65536 bytes in 65536 blocks\): the library \(predicted "
-                             r"library [0-9.e+-]+ us, host [0-9.e+-]+ us\)", p.stderr):
-                fail(f"{op}: the crafted model must first send the calls to the library", p)
-            m = re.search(rf"{op} (\d+) \(shunt (\d+), \d+ bytes; library (\d+)\)", p.stderr)
-            if m is None:
-                fail(f"no {op} counts in the report", p)
-            calls, by_shunt, library = (int(x) for x in m.groups())
-            if by_shunt + library != calls or by_shunt < calls // 2:
-                fail(f"{op}: refinement must move most calls to shunt's packer: {by_shunt} of {calls} by shunt", p)
-            print(f"{op}: started on the library (the model's choice), {by_shunt} of {calls} calls by shunt's packer")
+        for pack in ("model", "auto"):
+            run_env = dict(env, SHUNT_MODEL=model, SHUNT_LOG="debug:decide", SHUNT_REPORT="rank", SHUNT_PACK=pack)
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=TIMEOUT)
+            except subprocess.TimeoutExpired:
+                fail(f"timed out after {TIMEOUT} s: {' '.join(cmd)}")
+            if p.returncode != 0 or "every byte right" not in p.stdout:
+                fail(f"SHUNT_PACK={pack}: pack_loop must pack and unpack every byte right under shunt", p)
+            for op in ("MPI_Pack", "MPI_Unpack"):
+                if not re.search(rf"decide: {op} of 1 x \S+ \(65536 bytes in 65536 blocks\): the library \(predicted "
+                                 r"library [0-9.e+-]+ us, host [0-9.e+-]+ us\)", p.stderr):
+                    fail(f"SHUNT_PACK={pack}: {op}: the crafted model must first send the calls to the library", p)
+                measured = re.search(rf"decide: {op} of 1 x \S+ \(65536 bytes in 65536 blocks over \d+ bytes\): "
+                                     r"shunt's host packer \(measured library [0-9.e+-]+ us, shunt's host packer "
+                                     r"[0-9.e+-]+ us\)", p.stderr)
+                if (measured is None) == (pack == "auto"):
+                    fail(f"SHUNT_PACK={pack}: {op}: the layout must {'' if pack == 'auto' else 'not '}be measured", p)
+                m = re.search(rf"{op} (\d+) \(shunt (\d+), \d+ bytes; library (\d+)\)", p.stderr)
+                if m is None:
+                    fail(f"SHUNT_PACK={pack}: no {op} counts in the report", p)
+                calls, by_shunt, library = (int(x) for x in m.groups())
+                if by_shunt + library != calls:
+                    fail(f"SHUNT_PACK={pack}: {op}: the report's counts do not add up", p)
+                if pack == "model" and by_shunt < calls // 2:
+                    fail(f"{op}: refinement must move most calls to shunt's packer: {by_shunt} of {calls} by shunt", p)
+                if pack == "auto" and library > 2 + MEASURE_TRIALS:
+                    fail(f"{op}: measuring must send at most {2 + MEASURE_TRIALS} calls to the library, not {library}", p)
+                how = "refined" if pack == "model" else "measured"
+                print(f"SHUNT_PACK={pack}: {op} started on the library (the model's choice), {how}: {by_shunt} of "
+                      f"{calls} calls by shunt's packer")
     return 0
 
 

@@ -90,8 +90,11 @@ TEST_CASE("choices accept only their names") {
     CHECK(p == pack_choice::staged);
     CHECK(detail::pack_kind::parse("device", p));
     CHECK(p == pack_choice::device);
-    for (const char* bad : {"oneshot", "one_shot", "gpu", "stage"}) CHECK_FALSE(accepts<detail::pack_kind>(bad));
-    CHECK(detail::pack_kind::accepted() == "auto, library, host, device, one-shot, staged");
+    CHECK(detail::pack_kind::parse("MODEL", p));
+    CHECK(p == pack_choice::model);
+    CHECK(detail::pack_kind::format(pack_choice::model) == "model");
+    for (const char* bad : {"oneshot", "one_shot", "gpu", "stage", "models"}) CHECK_FALSE(accepts<detail::pack_kind>(bad));
+    CHECK(detail::pack_kind::accepted() == "auto, library, host, device, one-shot, staged, model");
     CHECK(detail::report_kind::accepted() == "off, rank, summary");
 }
 

@@ -7,12 +7,14 @@
 #include <shunt/model/file.hpp>
 #include <shunt/model/stats.hpp>
 #include <shunt/plan/collective.hpp>
+#include <shunt/plan/planner.hpp>
 #include <shunt/topology/hierarchy.hpp>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <sys/stat.h>
 
@@ -347,4 +349,156 @@ TEST_CASE("floating-point reductions are decided from the model, never measured 
     CHECK_FALSE(detail::exact_reduction(MPI_DOUBLE, MPI_SUM));
     CHECK_FALSE(detail::exact_reduction(MPI_FLOAT, MPI_PROD));
     CHECK_FALSE(detail::exact_reduction(MPI_C_DOUBLE_COMPLEX, MPI_SUM));
+}
+
+namespace {
+
+/// `rows` blocks of `len` bytes, `stride` bytes apart (one element).
+type_info rows_info(std::int64_t rows, std::int64_t len, std::int64_t stride) {
+    type_info t;
+    t.form.dims = {{rows, stride}};
+    t.form.blocks = {{0, len}};
+    t.size = rows * len;
+    t.extent = t.true_extent = (rows - 1) * stride + len;
+    return t;
+}
+
+/// One MPI_Pack through the planner as the runtime makes it: the decision, and what to run.
+struct planned {
+    plan_decision d;
+    planner::measure_call m;
+};
+planned pack_call(planner& p, const type_info& t) {
+    planned c;
+    c.d = p.pack(t, 1, false, nullptr, nullptr, &c.m);
+    return c;
+}
+
+constexpr std::uint8_t lib = 0, host = 1;
+
+/// One call that takes `lib_s` or `host_s` seconds, whichever method it runs; the method (through
+/// `ran`) and whether it settled the key.
+bool timed_call(planner& p, const type_info& t, double lib_s, double host_s, std::uint8_t* ran = nullptr) {
+    const planned c = pack_call(p, t);
+    if (ran) *ran = c.m.method;
+    return p.record(c.m, c.m.method == lib ? lib_s : host_s);
+}
+
+/// The two warm-up calls of a new key.
+void warm_up(planner& p, const type_info& t) {
+    for (int i = 0; i < 2; ++i) {
+        const planned c = pack_call(p, t);
+        REQUIRE(c.m.measuring);
+        REQUIRE_FALSE(c.m.timed);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("pack planner: a new key is measured on its own calls, and a slower shunt packer goes to the library") {
+    planner p(std::make_shared<cost_model>());
+    const type_info t = rows_info(8192, 8, 512);  // 64 KiB; the analytic model picks shunt's packer
+    planned c = pack_call(p, t);
+    REQUIRE(c.d.method() == "host");
+    CHECK(c.m.measuring);
+    CHECK_FALSE(c.m.timed);  // the first warm-up: the model's choice, untimed
+    CHECK(c.m.method == host);
+    CHECK_FALSE(p.record(c.m, 1e-6));  // an untimed call records nothing
+    c = pack_call(p, t);
+    CHECK_FALSE(c.m.timed);  // the second: the other method
+    CHECK(c.m.method == lib);
+    // Then timed: other, choice, choice, other, again; the library 10% faster every time.
+    const std::uint8_t order[] = {lib, host, host, lib, lib, host, host, lib};
+    static_assert(std::size(order) == 2 * planner::measure_trials);
+    for (std::size_t i = 0; i < std::size(order); ++i) {
+        std::uint8_t ran = 9;
+        CHECK(timed_call(p, t, 90e-6, 100e-6 - static_cast<double>(i) * 1e-6, &ran) == (i + 1 == std::size(order)));
+        CHECK(ran == order[i]);
+    }
+    c = pack_call(p, t);
+    CHECK_FALSE(c.m.measuring);
+    CHECK(c.d.method() == "library");
+    CHECK(c.d.measured);
+    CHECK(c.d.measured_s[lib] == doctest::Approx(90e-6));
+    CHECK(c.d.measured_s[host] == doctest::Approx(94e-6));  // the best of four
+    CHECK(p.decision(planner::key_of(t, 1, false)).method() == "library");
+    // The same blocks 16 bytes apart are another key: measured afresh, from the model's choice.
+    planned dense = pack_call(p, rows_info(8192, 8, 16));
+    CHECK(dense.m.measuring);
+    CHECK(dense.d.method() == "host");
+    // Unpacking is its own key too.
+    planner::measure_call u;
+    CHECK(p.pack(t, 1, true, nullptr, nullptr, &u).method() == "host");
+    CHECK(u.measuring);
+}
+
+TEST_CASE("pack planner: the verdict favours the library within the margin and survives model corrections") {
+    auto model = std::make_shared<cost_model>();
+    planner p(model);
+    const type_info t = rows_info(8192, 8, 64);
+    warm_up(p, t);
+    for (int i = 0; i < 2 * planner::measure_trials; ++i)  // shunt faster, not by the margin
+        timed_call(p, t, 100e-6, 100e-6 * (1 - planner::measure_margin / 2));
+    CHECK(pack_call(p, t).d.method() == "library");
+    // A model correction recomputes the predictions; the measured choice stays.
+    const auto g = model->generation();
+    for (int i = 0; i < 10; ++i) model->observe(table_names::pack(false, false, 8), 65536, 1e-7);
+    REQUIRE(model->generation() != g);
+    const planned c = pack_call(p, t);
+    CHECK(c.d.method() == "library");
+    CHECK(c.d.measured);
+    CHECK_FALSE(c.m.measuring);
+    // Beating it by more than the margin keeps shunt's packer.
+    const type_info u = rows_info(8192, 8, 80);
+    warm_up(p, u);
+    for (int i = 0; i < 2 * planner::measure_trials; ++i) timed_call(p, u, 100e-6, 100e-6 * (1 - 2 * planner::measure_margin));
+    CHECK(pack_call(p, u).d.method() == "host");
+}
+
+TEST_CASE("pack planner: a clear win of the model's choice settles at once; noise against it does not") {
+    planner p(std::make_shared<cost_model>());
+    const type_info clear = rows_info(8192, 8, 32);
+    warm_up(p, clear);
+    CHECK_FALSE(timed_call(p, clear, 50e-6, 10e-6));  // the library
+    CHECK(timed_call(p, clear, 50e-6, 10e-6));        // shunt, 5x faster: settled after one each
+    CHECK(pack_call(p, clear).d.method() == "host");
+
+    // The model's choice slow once (a preempted call, say): no early verdict against it.
+    const type_info noisy = rows_info(8192, 8, 48);
+    warm_up(p, noisy);
+    CHECK_FALSE(timed_call(p, noisy, 20e-6, 100e-6));  // the library
+    CHECK_FALSE(timed_call(p, noisy, 20e-6, 100e-6));  // shunt, preempted
+    int settled = 0;
+    for (int i = 2; i < 2 * planner::measure_trials; ++i)
+        settled += timed_call(p, noisy, 20e-6, 15e-6) ? 1 : 0;  // not 2x: no early verdict either
+    CHECK(settled == 1);
+    const planned c = pack_call(p, noisy);
+    CHECK_FALSE(c.m.measuring);
+    CHECK(c.d.method() == "host");
+    CHECK(c.d.measured_s[host] == doctest::Approx(15e-6));
+}
+
+TEST_CASE("pack planner: what is not measured") {
+    planner p(std::make_shared<cost_model>());
+    // Too quick to time (8 bytes), too costly to try twice (256 MiB of 1-byte blocks).
+    for (const type_info& t : {rows_info(1, 8, 8), rows_info(std::int64_t{1} << 28, 1, 2)}) {
+        const planned c = pack_call(p, t);
+        CHECK_FALSE(c.m.measuring);
+        CHECK_FALSE(c.d.measuring);
+    }
+    // A forced method is never measured.
+    planner forced(std::make_shared<cost_model>(), plan_overrides{"library"});
+    CHECK_FALSE(pack_call(forced, rows_info(8192, 8, 512)).m.measuring);
+    // A caller that does not measure (point-to-point) gets the model's choice and moves nothing on.
+    const type_info t = rows_info(8192, 8, 512);
+    for (int i = 0; i < 4; ++i) {
+        const plan_decision d = p.pack(t, 1, false);
+        CHECK(d.measuring);
+        CHECK(d.method() == "host");
+    }
+    const planned first = pack_call(p, t);
+    CHECK(first.m.measuring);
+    CHECK_FALSE(first.m.timed);  // still a warm-up
+    planner::measure_call untimed;
+    CHECK_FALSE(p.record(untimed, 1e-6));
 }

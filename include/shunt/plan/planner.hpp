@@ -7,8 +7,10 @@
 
 #include <array>
 #include <atomic>
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <shared_mutex>
 #include <string_view>
@@ -37,6 +39,9 @@ struct plan_decision {
     std::uint8_t count = 0;
     std::uint8_t chosen = 0;
     bool forced = false;
+    bool measuring = false;  ///< the planner is timing this key's calls (planner::pack)
+    bool measured = false;   ///< chosen from measured_s, this key's own best times
+    std::array<double, 2> measured_s{};  ///< best seconds of alternatives 0 and 1 when measured
     std::uint64_t taken = 0;
 
     std::string_view method() const { return alternatives[chosen].method; }
@@ -48,45 +53,133 @@ struct plan_overrides {
     std::string_view pack = "auto";
 };
 
-/// Thread-safe, caching planner over a cost model. Decisions are cached per (op, bytes,
-/// blocks): everything a pack prediction depends on, so a warm lookup is one hash probe under
-/// a shared lock. When the model's online corrections move (its generation changes), cached
-/// decisions are recomputed on their next use.
+/// Thread-safe, caching planner over a cost model. Decisions are cached per (op, bytes, blocks,
+/// span): everything a pack prediction depends on, plus the bytes the typed side spans, so a
+/// warm lookup is one hash probe under a shared lock. When the model's online corrections move
+/// (its generation changes), cached decisions are recomputed on their next use.
+///
+/// Measuring a key (callers that pass a `measure_call`, as MPI_Pack and MPI_Unpack do): the
+/// model knows block lengths, not where the blocks lie, and two layouts of the same blocks can
+/// favour different packers (8-byte blocks 16 bytes apart pack faster by shunt's packer, the
+/// same blocks 512 bytes apart ran faster by Open MPI's here), so a new key whose predicted
+/// time is measurable and affordable (between `measure_floor_s` and `measure_ceiling_s`) is
+/// timed on its own calls, each call running one method (both write the same bytes). The first
+/// two calls warm up, untimed: the model's choice, then the other method. The next ones are
+/// timed by the caller and passed to record(), in the order other, choice, choice, other and
+/// again: the first calls of a layout run slower and speed up call by call (here 1.4x from the
+/// first timed library call to its third on 16-byte blocks 512 bytes apart), and that order
+/// spreads such a trend over both methods. Once each method has `measure_trials` times,
+/// shunt's packer stays only where its best time beats the library's by `measure_margin`, so
+/// noise favours the library. When the model's choice has run at least
+/// `measure_clear` times faster than the other method, it stays at once: noise on that one
+/// timing could only confirm the choice the model had already made. The verdict then holds
+/// for the key (model corrections recompute the predictions, not the verdict).
 class planner {
 public:
     explicit planner(std::shared_ptr<const cost_model> model, plan_overrides o = {})
         : model_(std::move(model)), overrides_(o) {}
 
+    static constexpr int measure_trials = 4;
+    static constexpr double measure_margin = 0.03;
+    static constexpr double measure_clear = 2.0;
+    static constexpr double measure_floor_s = 1e-6;
+    static constexpr double measure_ceiling_s = 10e-3;
+
     const cost_model& model() const { return *model_; }
+
+    /// A pack key.
+    struct pack_key {
+        plan_op op = plan_op::pack;
+        std::int64_t bytes = 0, blocks = 0, span = 0;
+        bool operator==(const pack_key&) const = default;
+    };
+    static pack_key key_of(const type_info& t, std::int64_t count, bool unpack) {
+        return {unpack ? plan_op::unpack : plan_op::pack, t.size * count, pack_blocks(t, count), pack_span(t, count)};
+    }
+
+    /// What a measuring key asks of one call: run alternative `method` and, when `timed`, pass
+    /// its seconds to record(). `measuring` false: the decision is settled and may be cached.
+    struct measure_call {
+        bool measuring = false, timed = false;
+        std::uint8_t method = 0;
+        pack_key key;
+    };
 
     /// The decision for (un)packing `count` elements of `t` on host memory; `is_new` tells the
     /// caller (for SHUNT_LOG=decide) that this key was decided for the first time.
     /// `taken`, when given, receives the decision's use counter (stable for the planner's life:
     /// entries are never erased), so that a caller caching the decision can count its uses.
+    /// `measure`, when given, takes part in measuring the key (see the class comment).
     plan_decision pack(const type_info& t, std::int64_t count, bool unpack, bool* is_new = nullptr,
-                       std::atomic<std::uint64_t>** taken = nullptr) {
-        const key k{unpack ? plan_op::unpack : plan_op::pack, t.size * count, pack_blocks(t, count)};
+                       std::atomic<std::uint64_t>** taken = nullptr, measure_call* measure = nullptr) {
+        const pack_key k = key_of(t, count, unpack);
         const std::uint64_t gen = model_->generation();
+        if (measure) *measure = {};
         {
             std::shared_lock lock(mutex_);
             auto it = cache_.find(k);
-            if (it != cache_.end() && it->second.generation == gen) {
+            if (it != cache_.end() && it->second.generation == gen && !(measure && it->second.d.measuring)) {
                 if (is_new) *is_new = false;
                 it->second.taken->fetch_add(1, std::memory_order_relaxed);
                 if (taken) *taken = it->second.taken.get();
                 return it->second.d;
             }
         }
-        const plan_decision d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
         std::unique_lock lock(mutex_);
         auto [it, inserted] = cache_.try_emplace(k);
-        if (inserted) it->second.taken = std::make_unique<std::atomic<std::uint64_t>>(0);
-        it->second.d = d;
-        it->second.generation = gen;
-        it->second.taken->fetch_add(1, std::memory_order_relaxed);
+        entry& e = it->second;
+        if (inserted) e.taken = std::make_unique<std::atomic<std::uint64_t>>(0);
+        if (inserted || e.generation != gen) {
+            const plan_decision fresh = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
+            const bool measuring = inserted ? worth_measuring(fresh) : e.d.measuring;
+            const bool measured = e.d.measured;
+            const std::array<double, 2> measured_s = e.d.measured_s;
+            const std::uint8_t chosen = e.d.chosen;
+            e.d = fresh;
+            e.d.measuring = measuring;
+            if (measured) e.d.measured = true, e.d.measured_s = measured_s, e.d.chosen = chosen;
+            e.generation = gen;
+        }
+        e.taken->fetch_add(1, std::memory_order_relaxed);
         if (is_new) *is_new = inserted;
-        if (taken) *taken = it->second.taken.get();
-        return d;
+        if (taken) *taken = e.taken.get();
+        if (measure && e.d.measuring) {
+            measure->measuring = true;
+            measure->key = k;
+            const std::uint8_t other = e.d.chosen == 0 ? 1 : 0;
+            const int k = e.issued - 2;  // calls before this one, less the two warm-ups
+            if (e.issued < std::numeric_limits<int>::max()) ++e.issued;
+            measure->timed = k >= 0;
+            measure->method = k == -1 || k % 4 == 0 || k % 4 == 3 ? other : e.d.chosen;
+        }
+        return e.d;
+    }
+
+    /// The seconds a call pack() asked to time took. Returns true when this settled the key
+    /// (the caller logs it, with decision()).
+    bool record(const measure_call& m, double seconds) {
+        if (!m.timed || m.method > 1 || !(seconds >= 0)) return false;
+        std::unique_lock lock(mutex_);
+        auto it = cache_.find(m.key);
+        if (it == cache_.end() || !it->second.d.measuring) return false;
+        entry& e = it->second;
+        ++e.runs[m.method];
+        e.best[m.method] = std::min(e.best[m.method], seconds);
+        const std::uint8_t model = e.d.chosen, other = model == 0 ? 1 : 0;
+        const bool clear = e.runs[model] > 0 && e.runs[other] > 0 && e.best[other] >= measure_clear * e.best[model];
+        if (!clear && (e.runs[0] < measure_trials || e.runs[1] < measure_trials)) return false;
+        e.d.measuring = false;
+        e.d.measured = true;
+        e.d.measured_s = e.best;
+        e.d.chosen = e.best[1] < e.best[0] * (1 - measure_margin) ? 1 : 0;
+        return true;
+    }
+
+    /// The cached decision of a key (taken not filled in); a default decision when none.
+    plan_decision decision(const pack_key& k) const {
+        std::shared_lock lock(mutex_);
+        auto it = cache_.find(k);
+        return it == cache_.end() ? plan_decision{} : it->second.d;
     }
 
     /// Calls f(decision) for every cached decision, with `taken` filled in (for SHUNT_REPORT
@@ -120,6 +213,23 @@ public:
         return d;
     }
 
+    /// Whether a new decision is worth measuring: not forced, and the predicted times measurable
+    /// (the faster at least measure_floor_s) and affordable (the slower at most measure_ceiling_s).
+    static bool worth_measuring(const plan_decision& d) {
+        if (d.forced || d.count != 2) return false;
+        const double lo = std::min(d.alternatives[0].predicted_s, d.alternatives[1].predicted_s);
+        const double hi = std::max(d.alternatives[0].predicted_s, d.alternatives[1].predicted_s);
+        return lo >= measure_floor_s && hi <= measure_ceiling_s;
+    }
+
+    /// Bytes the typed side of `count` elements of `t` spans (extent per element, the true
+    /// extent for the last), for keying: wraps rather than overflows on absurd sizes.
+    static std::int64_t pack_span(const type_info& t, std::int64_t count) {
+        if (count <= 0) return 0;
+        const std::uint64_t n = static_cast<std::uint64_t>(count - 1);
+        return static_cast<std::int64_t>(n * static_cast<std::uint64_t>(t.extent) + static_cast<std::uint64_t>(t.true_extent));
+    }
+
     /// Contiguous blocks moved when packing `count` elements of `t` (a dense type is one block).
     static std::int64_t pack_blocks(const type_info& t, std::int64_t count) {
         if (t.form.empty()) return 0;
@@ -130,15 +240,11 @@ public:
     }
 
 private:
-    struct key {
-        plan_op op;
-        std::int64_t bytes, blocks;
-        bool operator==(const key&) const = default;
-    };
     struct key_hash {
-        std::size_t operator()(const key& k) const noexcept {
+        std::size_t operator()(const pack_key& k) const noexcept {
             std::uint64_t h = static_cast<std::uint64_t>(k.bytes) * 0x9E3779B97F4A7C15ull;
             h ^= static_cast<std::uint64_t>(k.blocks) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
+            h ^= static_cast<std::uint64_t>(k.span) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
             return static_cast<std::size_t>(h ^ static_cast<std::uint64_t>(k.op));
         }
     };
@@ -146,12 +252,16 @@ private:
         plan_decision d;
         std::uint64_t generation = 0;
         std::unique_ptr<std::atomic<std::uint64_t>> taken;  // counted under the shared lock
+        // Measuring (d.measuring): calls handed out, timed runs and best seconds per method.
+        int issued = 0;
+        std::array<int, 2> runs{};
+        std::array<double, 2> best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
     };
 
     std::shared_ptr<const cost_model> model_;
     plan_overrides overrides_;
     mutable std::shared_mutex mutex_;
-    std::unordered_map<key, entry, key_hash> cache_;
+    std::unordered_map<pack_key, entry, key_hash> cache_;
 };
 
 }  // namespace shunt
