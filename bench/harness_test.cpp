@@ -192,12 +192,18 @@ TEST_CASE("measure interleaves the variants and reports the best per-call time")
     CHECK(calls[0] == 1 + 6 * 4);
     CHECK(calls[1] == 1 + 6 * 4);
 
-    // After the warm-up (0, 1): trial 0 runs 0 then 1, trial 1 runs 1 then 0, and so on.
+    // After the warm-up (0, 1): every trial runs each variant's reps in a row, each variant once.
     REQUIRE(order.size() == 2 + 48);
-    CHECK(order[2] == 0);
-    CHECK(order[2 + 4] == 1);
-    CHECK(order[2 + 8] == 1);
-    CHECK(order[2 + 12] == 0);
+    CHECK(order[0] == 0);
+    CHECK(order[1] == 1);
+    for (int trial = 0; trial < 6; ++trial) {
+        const std::size_t at = 2 + static_cast<std::size_t>(trial) * 8;
+        for (std::size_t r = 1; r < 4; ++r) {
+            CHECK(order[at + r] == order[at]);
+            CHECK(order[at + 4 + r] == order[at + 4]);
+        }
+        CHECK(order[at] != order[at + 4]);
+    }
 
     // With --reps fixed, --warmup 0 means no untimed call at all.
     o.warmup = 0;
@@ -205,6 +211,32 @@ TEST_CASE("measure interleaves the variants and reports the best per-call time")
     calls[0] = calls[1] = 0;
     measure(variants, o);
     CHECK(calls[0] == 2 * 4);
+}
+
+TEST_CASE("measure shuffles the order per trial: no variant always follows the same one") {
+    options o;
+    o.trials = 40;
+    o.reps = 1;
+    o.warmup = 0;
+    std::vector<int> order;
+    const std::function<void()> variants[] = {[&] { order.push_back(0); }, [&] { order.push_back(1); },
+                                              [&] { order.push_back(2); }};
+    measure(variants, o);
+    REQUIRE(order.size() == 120);
+    int first[3] = {0, 0, 0}, after[3][3] = {};
+    for (std::size_t trial = 0; trial < 40; ++trial) {
+        const int* t = &order[trial * 3];
+        CHECK(t[0] + t[1] + t[2] == 3);  // a permutation of 0, 1, 2
+        CHECK(t[0] != t[1]);
+        ++first[t[0]];
+        ++after[t[1]][t[0]];
+        ++after[t[2]][t[1]];
+    }
+    for (int v = 0; v < 3; ++v) {
+        CHECK(first[v] > 0);
+        for (int w = 0; w < 3; ++w)
+            if (w != v) CHECK(after[v][w] > 0);  // v ran right after w in some trial
+    }
 }
 
 TEST_CASE("measure stops at the time budget after 3 trials, and calibrates reps") {
