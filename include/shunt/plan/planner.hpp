@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace shunt {
 
@@ -61,19 +62,21 @@ struct plan_overrides {
 /// Measuring a key (callers that pass a `measure_call`, as MPI_Pack and MPI_Unpack do): the
 /// model knows block lengths, not where the blocks lie, and two layouts of the same blocks can
 /// favour different packers (8-byte blocks 16 bytes apart pack faster by shunt's packer, the
-/// same blocks 512 bytes apart ran faster by Open MPI's here), so a new key whose predicted
+/// same blocks 512 bytes apart ran as fast by Open MPI's here), so a new key whose predicted
 /// time is measurable and affordable (between `measure_floor_s` and `measure_ceiling_s`) is
 /// timed on its own calls, each call running one method (both write the same bytes). The first
-/// two calls warm up, untimed: the model's choice, then the other method. The next ones are
-/// timed by the caller and passed to record(), in the order other, choice, choice, other and
-/// again: the first calls of a layout run slower and speed up call by call (here 1.4x from the
-/// first timed library call to its third on 16-byte blocks 512 bytes apart), and that order
-/// spreads such a trend over both methods. Once each method has `measure_trials` times,
-/// shunt's packer stays only where its best time beats the library's by `measure_margin`, so
-/// noise favours the library. When the model's choice has run at least
-/// `measure_clear` times faster than the other method, it stays at once: noise on that one
-/// timing could only confirm the choice the model had already made. The verdict then holds
-/// for the key (model corrections recompute the predictions, not the verdict).
+/// two calls warm up, untimed: the model's choice, then the other method. The next
+/// 2 x `measure_trials` are timed by the caller and passed to record(), in the order other,
+/// choice, choice, other, and again. Consecutive calls pair up, and each pair gives the ratio of
+/// shunt's time to the library's: the first calls of a layout run slower and speed up call by
+/// call, or drop in a step (here from 1.0-1.6 ms to 0.7 ms for both packers between the third
+/// and fourth pair, unpacking 16-byte blocks 512 bytes apart), and a ratio within a pair is
+/// free of both where the best time of each method is not. Shunt's packer stays only where the
+/// median ratio is below 1 - `measure_margin`, so noise favours the library. Where the first
+/// pair shows the model's choice at least `measure_clear` times faster than the other method,
+/// it stays at once: noise on those two timings could only confirm the choice the model had
+/// already made. The verdict then holds for the key (model corrections recompute the
+/// predictions, not the verdict).
 class planner {
 public:
     explicit planner(std::shared_ptr<const cost_model> model, plan_overrides o = {})
@@ -147,10 +150,10 @@ public:
             measure->measuring = true;
             measure->key = k;
             const std::uint8_t other = e.d.chosen == 0 ? 1 : 0;
-            const int k = e.issued - 2;  // calls before this one, less the two warm-ups
+            const int n = e.issued - 2;  // calls before this one, less the two warm-ups
             if (e.issued < std::numeric_limits<int>::max()) ++e.issued;
-            measure->timed = k >= 0;
-            measure->method = k == -1 || k % 4 == 0 || k % 4 == 3 ? other : e.d.chosen;
+            measure->timed = n >= 0;
+            measure->method = n == -1 || n % 4 == 0 || n % 4 == 3 ? other : e.d.chosen;
         }
         return e.d;
     }
@@ -163,15 +166,37 @@ public:
         auto it = cache_.find(m.key);
         if (it == cache_.end() || !it->second.d.measuring) return false;
         entry& e = it->second;
-        ++e.runs[m.method];
-        e.best[m.method] = std::min(e.best[m.method], seconds);
-        const std::uint8_t model = e.d.chosen, other = model == 0 ? 1 : 0;
-        const bool clear = e.runs[model] > 0 && e.runs[other] > 0 && e.best[other] >= measure_clear * e.best[model];
-        if (!clear && (e.runs[0] < measure_trials || e.runs[1] < measure_trials)) return false;
+        if (e.recorded >= e.times.size()) return false;
+        e.times[e.recorded] = {seconds, m.method};
+        ++e.recorded;
+        // Consecutive calls pair up (1st and 2nd, 3rd and 4th, ...): a pair of different methods
+        // gives one ratio, shunt's time over the library's, free of a slow trend and of a step
+        // between pairs (here the first calls of a layout sometimes ran 1.5x slower, then both
+        // methods dropped together).
+        std::array<double, measure_trials> ratios{};
+        std::size_t n = 0;
+        for (std::size_t i = 0; i + 1 < e.recorded; i += 2) {
+            const timed_run& a = e.times[i];
+            const timed_run& b = e.times[i + 1];
+            if (a.method == b.method || !(a.seconds > 0) || !(b.seconds > 0)) continue;
+            ratios[n++] = a.method == 1 ? a.seconds / b.seconds : b.seconds / a.seconds;
+        }
+        const std::uint8_t model = e.d.chosen;
+        // At once where the first pair shows the model's choice at least measure_clear times faster.
+        const bool clear = n == 1 && e.recorded == 2 &&
+                           (model == 1 ? ratios[0] * measure_clear <= 1 : ratios[0] >= measure_clear);
+        if (!clear && e.recorded < e.times.size()) return false;
+        std::array<std::vector<double>, 2> per;
+        for (std::size_t i = 0; i < e.recorded; ++i) per[e.times[i].method].push_back(e.times[i].seconds);
+        for (std::size_t k = 0; k < 2; ++k) e.d.measured_s[k] = per[k].empty() ? 0 : median_of(per[k]);
+        // Shunt's packer where the median ratio beats the library by the margin (the medians of
+        // each method's times where no pair had both).
+        const double ratio = n > 0 ? median_of({ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(n)})
+                             : e.d.measured_s[0] > 0 ? e.d.measured_s[1] / e.d.measured_s[0]
+                                                     : 1;
         e.d.measuring = false;
         e.d.measured = true;
-        e.d.measured_s = e.best;
-        e.d.chosen = e.best[1] < e.best[0] * (1 - measure_margin) ? 1 : 0;
+        e.d.chosen = e.d.measured_s[1] > 0 && ratio < 1 - measure_margin ? 1 : 0;
         return true;
     }
 
@@ -248,15 +273,24 @@ private:
             return static_cast<std::size_t>(h ^ static_cast<std::uint64_t>(k.op));
         }
     };
+    struct timed_run {
+        double seconds = 0;
+        std::uint8_t method = 0;
+    };
     struct entry {
         plan_decision d;
         std::uint64_t generation = 0;
         std::unique_ptr<std::atomic<std::uint64_t>> taken;  // counted under the shared lock
-        // Measuring (d.measuring): calls handed out, timed runs and best seconds per method.
+        // Measuring (d.measuring): calls handed out, and the timed calls recorded, in order.
         int issued = 0;
-        std::array<int, 2> runs{};
-        std::array<double, 2> best{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+        std::array<timed_run, 2 * measure_trials> times{};
+        std::size_t recorded = 0;
     };
+    static double median_of(std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        const std::size_t h = v.size() / 2;
+        return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+    }
 
     std::shared_ptr<const cost_model> model_;
     plan_overrides overrides_;
