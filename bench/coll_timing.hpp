@@ -15,9 +15,10 @@
 
 namespace shunt::bench {
 
-/// Times `variants` collectively: every trial runs each variant once (after a barrier), in
-/// rotating order; a trial's time is the slowest rank's; the best trial is kept. The trial
-/// count is decided on rank 0 and shared, so all ranks run the same calls.
+/// Times `variants` collectively: every trial runs each variant once (after a barrier), in a
+/// shuffled order (trial_order: the same on every rank, and no variant always behind the same
+/// one); a trial's time is the slowest rank's; the best trial is kept. The trial count comes
+/// from the slowest rank's warm-up, so all ranks run the same calls.
 inline std::vector<double> measure_collective(const std::vector<std::function<void()>>& variants, const options& o,
                                               int warmup) {
     const std::size_t n = variants.size();
@@ -40,9 +41,9 @@ inline std::vector<double> measure_collective(const std::vector<std::function<vo
     const int trials = static_cast<int>(std::clamp<double>(o.time_s / per_trial, 3, o.trials));
     std::vector<double> best(n, std::numeric_limits<double>::infinity());
     std::vector<double> times(n), mx(n);
+    trial_order order(n);
     for (int t = 0; t < trials; ++t) {
-        for (std::size_t j = 0; j < n; ++j) {
-            const std::size_t v = (static_cast<std::size_t>(t) + j) % n;
+        for (const std::size_t v : order.next()) {
             PMPI_Barrier(MPI_COMM_WORLD);
             const double t0 = MPI_Wtime();
             for (int r = 0; r < reps; ++r) variants[v]();

@@ -362,6 +362,23 @@ struct timing {
 /// the scheduler's interruptions on a shared machine.
 inline constexpr double target_trial_s = 1e-3;
 
+/// The order of n variants in each trial: a fresh shuffle per trial, from a fixed seed, so that
+/// every run (and every rank of an MPI benchmark) gets the same sequence of orders.
+class trial_order {
+public:
+    explicit trial_order(std::size_t n) : order_(n) {
+        for (std::size_t v = 0; v < n; ++v) order_[v] = v;
+    }
+    const std::vector<std::size_t>& next() {
+        std::shuffle(order_.begin(), order_.end(), rng_);
+        return order_;
+    }
+
+private:
+    std::vector<std::size_t> order_;
+    std::mt19937_64 rng_{0x5eed5eed};
+};
+
 /// Times the variants interleaved: after a warm-up that also calibrates each variant's calls
 /// per trial, every trial runs every variant once, in an order shuffled afresh for each trial
 /// (from a fixed seed: the same orders in every run). A rotation would keep each variant behind
@@ -390,13 +407,10 @@ inline std::vector<timing> measure(std::span<const std::function<void()>> varian
                                                    std::int64_t{1} << 20);
     }
     std::vector<std::vector<double>> samples(n);
-    std::vector<std::size_t> order(n);
-    for (std::size_t v = 0; v < n; ++v) order[v] = v;
-    std::mt19937_64 shuffle_rng(0x5eed5eed);
+    trial_order order(n);
     for (int t = 0; t < o.trials; ++t) {
         if (t >= 3 && seconds_since(start) > o.time_s) break;
-        std::shuffle(order.begin(), order.end(), shuffle_rng);
-        for (const std::size_t v : order) {
+        for (const std::size_t v : order.next()) {
             const auto& fn = variants[v];
             const auto t0 = clock::now();
             for (std::int64_t r = 0; r < out[v].reps; ++r) fn();
