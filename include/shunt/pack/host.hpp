@@ -160,6 +160,17 @@ inline void move_block(std::byte* typed, std::byte* packed, std::int64_t n) {
         copy_small(typed, packed, n);
 }
 
+/// n rows of a fixed block length L, `stride` bytes apart in the typed buffer.
+template <bool Pack, std::int64_t L>
+inline void rows_fixed(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += L) {
+        if constexpr (Pack)
+            std::memcpy(packed, typed, L);
+        else
+            std::memcpy(typed, packed, L);
+    }
+}
+
 /// False makes block lists take the portable loop even where AVX-512 is available: how the
 /// differential tests cover both paths on one machine.
 inline std::atomic<bool> masked_blocks_allowed{true};
@@ -381,12 +392,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_lanes(std::byte* 
             }
         }
     }
-    for (; i < n; ++i, typed += R * L, packed += L) {
-        if constexpr (Pack)
-            std::memcpy(packed, typed, L);
-        else
-            std::memcpy(typed, packed, L);
-    }
+    rows_fixed<Pack, L>(typed, packed, R * L, n - i);
 }
 
 /// True when the CPU also has AVX512-VBMI2 (byte compress and expand) for rows_window.
@@ -417,17 +423,6 @@ inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stri
     }
 }
 #endif
-
-/// n rows of a fixed block length L, `stride` bytes apart in the typed buffer.
-template <bool Pack, std::int64_t L>
-inline void rows_fixed(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += L) {
-        if constexpr (Pack)
-            std::memcpy(packed, typed, L);
-        else
-            std::memcpy(typed, packed, L);
-    }
-}
 
 /// Copies n >= 64 bytes as 64-byte chunks and one overlapping 64-byte tail: inline moves,
 /// cheaper than a library call for the block lengths of typical layouts.
