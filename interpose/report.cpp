@@ -195,6 +195,10 @@ std::string runtime::decisions_text(bool one_line) const {
                       d.method().data(), d.forced ? " (forced)" : "", d.taken, alts.c_str());
     }
     if (all.size() > shown) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", all.size() - shown);
+    if (const std::uint64_t n = planner_.uncached(); n > 0)
+        out += format(one_line ? "; %" PRIu64 " calls of layouts past the planner's %zu cached, decided afresh"
+                               : "\n    %" PRIu64 " calls of layouts past the planner's %zu cached, decided afresh",
+                      n, planner::max_keys);
     // Communicators of the same shape that decided alike are one line.
     std::vector<std::pair<coll_shape, coll_decision>> colls;
     {

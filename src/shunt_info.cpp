@@ -258,7 +258,8 @@ int explain(int argc, char** argv) {
                     d.alternatives[i].method.data(), d.alternatives[i].predicted_s * 1e6,
                     i == d.chosen ? (d.forced ? "   <- chosen (forced by SHUNT_PACK)" : "   <- chosen") : "");
     if (d.measuring && shunt::config().pack != shunt::pack_choice::model)
-        std::printf("  preloaded, MPI_%s measures both on the first calls of each such layout and keeps the faster\n"
+        std::printf("  preloaded, MPI_%s measures both on the first calls of each such layout (one class with\n"
+                    "  the counts whose bytes are within 19%%) and keeps the faster\n"
                     "  (the library unless shunt's packer beats it by %.0f%%; SHUNT_PACK=model keeps the model's choice)\n",
                     std::string_view(argv[2]) == "unpack" ? "Unpack" : "Pack", shunt::planner::measure_margin * 100);
     shunt::log_config_warnings();

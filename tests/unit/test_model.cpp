@@ -530,3 +530,90 @@ TEST_CASE("pack planner: pairs of consecutive calls decide, so a step in the mac
     CHECK(d.measured_s[lib] == approx((1302e-6 + 1293e-6) / 2));
     CHECK(d.measured_s[host] == approx((1012e-6 + 1017e-6) / 2));
 }
+
+TEST_CASE("pack planner: the counts of one type are one class, measured once, per byte") {
+    planner p(std::make_shared<cost_model>());
+    // 8-byte blocks 512 bytes apart: 8192 rows (64 KiB) and 9000 rows (70 KiB) share a class
+    // (bytes within a quarter octave, the same blocks and density); 16384 rows do not.
+    const type_info a = rows_info(8192, 8, 512), b = rows_info(9000, 8, 512), far = rows_info(16384, 8, 512);
+    CHECK(planner::class_of(planner::key_of(a, 1, false)) == planner::class_of(planner::key_of(b, 1, false)));
+    CHECK_FALSE(planner::class_of(planner::key_of(a, 1, false)) == planner::class_of(planner::key_of(far, 1, false)));
+    CHECK_FALSE(planner::class_of(planner::key_of(a, 1, false)) == planner::class_of(planner::key_of(a, 1, true)));
+    // The class's calls alternate between the two counts; the warm-ups and order run across them.
+    planned c = pack_call(p, a);
+    CHECK((c.m.measuring && !c.m.timed && c.m.method == host));
+    c = pack_call(p, b);
+    CHECK((c.m.measuring && !c.m.timed && c.m.method == lib));
+    // Every library call on the larger count, every shunt call on the smaller: per call shunt
+    // looks 9% faster, per byte it is 4% slower, and per byte decides.
+    const double per_byte = 1e-9;
+    const std::uint8_t order[] = {lib, host, host, lib, lib, host, host, lib};
+    bool settled = false;
+    for (std::uint8_t want : order) {
+        const type_info& t = want == lib ? b : a;
+        c = pack_call(p, t);
+        REQUIRE(c.m.timed);
+        REQUIRE(c.m.method == want);
+        settled = p.record(c.m, static_cast<double>(t.size) * per_byte * (want == lib ? 1.0 : 1.04));
+    }
+    REQUIRE(settled);
+    CHECK(p.decision(planner::key_of(b, 1, false)).method() == "library");  // the key that settled it
+    CHECK(p.decision(planner::key_of(a, 1, false)).measuring);              // the other: on its next call
+    c = pack_call(p, a);
+    CHECK_FALSE(c.m.measuring);
+    CHECK(c.d.measured);
+    CHECK(c.d.method() == "library");
+    CHECK(c.d.measured_s[lib] == approx(65536 * per_byte));
+    CHECK(c.d.measured_s[host] == approx(65536 * per_byte * 1.04));
+    // A count never seen before takes the verdict at once, its times scaled to its bytes.
+    bool is_new = false;
+    planner::measure_call m;
+    const plan_decision d = p.pack(rows_info(8500, 8, 512), 1, false, &is_new, nullptr, &m);
+    CHECK(is_new);
+    CHECK_FALSE(m.measuring);
+    CHECK(d.measured);
+    CHECK(d.method() == "library");
+    CHECK(d.measured_s[lib] == approx(68000 * per_byte));
+    // Another class is measured afresh.
+    CHECK(pack_call(p, far).m.measuring);
+}
+
+TEST_CASE("pack planner: past max_keys, new keys are decided afresh, uncached and unmeasured") {
+    planner p(std::make_shared<cost_model>());
+    // Settle one class (1-byte blocks 2 apart, 4096-4800 bytes) for shunt's packer.
+    const type_info first = rows_info(4096, 1, 2);
+    warm_up(p, first);
+    for (int i = 0; i < 2 * planner::measure_trials; ++i) timed_call(p, first, 100e-6, 10e-6);
+    REQUIRE(p.decision(planner::key_of(first, 1, false)).measured);
+    // Fill the cache with other keys (2-byte blocks of every count).
+    std::size_t keys = 0;
+    p.for_each([&](const plan_decision&) { ++keys; });
+    for (std::int64_t n = 1; keys < planner::max_keys; ++n, ++keys) p.pack(rows_info(n, 2, 4), 1, false);
+    CHECK(p.uncached() == 0);
+    // A new key of the settled class: its verdict, not cached, not measured.
+    bool is_new = true;
+    std::atomic<std::uint64_t>* taken = nullptr;
+    planner::measure_call m;
+    plan_decision d = p.pack(rows_info(4500, 1, 2), 1, false, &is_new, &taken, &m);
+    CHECK_FALSE(is_new);
+    CHECK_FALSE(m.measuring);
+    CHECK(d.measured);
+    CHECK(d.method() == "host");
+    CHECK(p.uncached() == 1);
+    REQUIRE(taken != nullptr);
+    CHECK(taken->load() == 1);
+    // A new key of no class: the model's choice, never measured, however often it comes.
+    for (int i = 0; i < 4; ++i) {
+        d = p.pack(rows_info(8192, 8, 512), 1, false, nullptr, nullptr, &m);
+        CHECK_FALSE(m.measuring);
+        CHECK_FALSE(d.measuring);
+        CHECK_FALSE(d.measured);
+    }
+    CHECK(p.uncached() == 5);
+    keys = 0;
+    p.for_each([&](const plan_decision&) { ++keys; });
+    CHECK(keys == planner::max_keys);
+    // Keys already cached still answer from the cache.
+    CHECK_FALSE(p.pack(first, 1, false, &is_new).measuring);
+    CHECK(p.uncached() == 5);
+}

@@ -6,8 +6,9 @@
 #include <shunt/model/model.hpp>
 
 #include <array>
-#include <atomic>
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -40,9 +41,10 @@ struct plan_decision {
     std::uint8_t count = 0;
     std::uint8_t chosen = 0;
     bool forced = false;
-    bool measuring = false;  ///< the planner is timing this key's calls (planner::pack)
-    bool measured = false;   ///< chosen from measured_s, this key's own best times
-    std::array<double, 2> measured_s{};  ///< best seconds of alternatives 0 and 1 when measured
+    bool measuring = false;  ///< the planner is timing calls of this key's class (planner::pack)
+    bool measured = false;   ///< chosen from its class's measured times
+    std::array<double, 2> measured_s{};  ///< alternatives 0 and 1 when measured: the class's median
+                                         ///< seconds per byte, times these bytes
     std::uint64_t taken = 0;
 
     std::string_view method() const { return alternatives[chosen].method; }
@@ -57,26 +59,33 @@ struct plan_overrides {
 /// Thread-safe, caching planner over a cost model. Decisions are cached per (op, bytes, blocks,
 /// span): everything a pack prediction depends on, plus the bytes the typed side spans, so a
 /// warm lookup is one hash probe under a shared lock. When the model's online corrections move
-/// (its generation changes), cached decisions are recomputed on their next use.
+/// (its generation changes), cached decisions are recomputed on their next use. At most
+/// `max_keys` keys are cached; beyond that a new key is decided afresh on every call (from the
+/// model and its class's verdict, never measured), so a program that builds millions of
+/// layouts does not grow the planner without bound.
 ///
-/// Measuring a key (callers that pass a `measure_call`, as MPI_Pack and MPI_Unpack do): the
-/// model knows block lengths, not where the blocks lie, and two layouts of the same blocks can
-/// favour different packers (8-byte blocks 16 bytes apart pack faster by shunt's packer, the
-/// same blocks 512 bytes apart ran as fast by Open MPI's here), so a new key whose predicted
-/// time is measurable and affordable (between `measure_floor_s` and `measure_ceiling_s`) is
-/// timed on its own calls, each call running one method (both write the same bytes). The first
-/// two calls warm up, untimed: the model's choice, then the other method. The next
-/// 2 x `measure_trials` are timed by the caller and passed to record(), in the order other,
-/// choice, choice, other, and again. Consecutive calls pair up, and each pair gives the ratio of
-/// shunt's time to the library's: the first calls of a layout run slower and speed up call by
-/// call, or drop in a step (here from 1.0-1.6 ms to 0.7 ms for both packers between the third
-/// and fourth pair, unpacking 16-byte blocks 512 bytes apart), and a ratio within a pair is
-/// free of both where the best time of each method is not. Shunt's packer stays only where the
-/// median ratio is below 1 - `measure_margin`, so noise favours the library. Where the first
-/// pair shows the model's choice at least `measure_clear` times faster than the other method,
-/// it stays at once: noise on those two timings could only confirm the choice the model had
-/// already made. The verdict then holds for the key (model corrections recompute the
-/// predictions, not the verdict).
+/// Measuring (callers that pass a `measure_call`, as MPI_Pack and MPI_Unpack do): the model
+/// knows block lengths, not where the blocks lie, and two layouts of the same blocks can favour
+/// different packers (8-byte blocks 16 bytes apart pack faster by shunt's packer, the same
+/// blocks 512 bytes apart ran as fast by Open MPI's here). So layouts are measured on their own
+/// calls, each call running one method (both write the same bytes), by class: the same
+/// operation and (rounded) block length, the span over the bytes within 1/8 of an octave, and
+/// the bytes within a quarter of an octave (19%). One class serves every count of a type, so
+/// a program whose counts change call by call measures each class once, not each count.
+/// A class starts measuring on its first key whose predicted time is measurable and affordable
+/// (between `measure_floor_s` and `measure_ceiling_s`). The class's first two calls warm up,
+/// untimed: the model's choice, then the other method. The next 2 x `measure_trials` are timed
+/// by the caller and passed to record(), in the order other, choice, choice, other, and again.
+/// Consecutive calls pair up, and each pair gives the ratio of shunt's time per byte to the
+/// library's: the first calls of a layout run slower and speed up call by call, or drop in a
+/// step (here from 1.0-1.6 ms to 0.7 ms for both packers between the third and fourth pair,
+/// unpacking 16-byte blocks 512 bytes apart), and a ratio within a pair is free of both where
+/// the best time of each method is not. Shunt's packer stays only where the median ratio is
+/// below 1 - `measure_margin`, so noise favours the library. Where the first pair shows the
+/// model's choice at least `measure_clear` times faster than the other method, it stays at
+/// once: noise on those two timings could only confirm the choice the model had already made.
+/// The verdict then holds for every key of the class, those decided before it included (model
+/// corrections recompute the predictions, not the verdict).
 class planner {
 public:
     explicit planner(std::shared_ptr<const cost_model> model, plan_overrides o = {})
@@ -87,6 +96,8 @@ public:
     static constexpr double measure_clear = 2.0;
     static constexpr double measure_floor_s = 1e-6;
     static constexpr double measure_ceiling_s = 10e-3;
+    static constexpr std::size_t max_keys = std::size_t{1} << 16;     ///< about 300 bytes each
+    static constexpr std::size_t max_classes = std::size_t{1} << 12;  ///< beyond: not measured
 
     const cost_model& model() const { return *model_; }
 
@@ -108,10 +119,28 @@ public:
         pack_key key;
     };
 
+    /// The class a key is measured in (see the class comment).
+    struct class_key {
+        plan_op op = plan_op::pack;
+        std::int64_t block = 0;
+        int density = 0, size = 0;
+        bool operator==(const class_key&) const = default;
+    };
+    static class_key class_of(const pack_key& k) {
+        class_key c;
+        c.op = k.op;
+        c.block = k.blocks > 0 ? std::llround(static_cast<double>(k.bytes) / static_cast<double>(k.blocks)) : k.bytes;
+        if (k.bytes > 0 && k.span > k.bytes)
+            c.density = static_cast<int>(std::floor(std::log2(static_cast<double>(k.span) / static_cast<double>(k.bytes)) * 8));
+        if (k.bytes > 0) c.size = static_cast<int>(std::floor(std::log2(static_cast<double>(k.bytes)) * 4));
+        return c;
+    }
+
     /// The decision for (un)packing `count` elements of `t` on host memory; `is_new` tells the
     /// caller (for SHUNT_LOG=decide) that this key was decided for the first time.
     /// `taken`, when given, receives the decision's use counter (stable for the planner's life:
-    /// entries are never erased), so that a caller caching the decision can count its uses.
+    /// entries are never erased; past max_keys, the counter of uncached calls), so that a caller
+    /// caching the decision can count its uses.
     /// `measure`, when given, takes part in measuring the key (see the class comment).
     plan_decision pack(const type_info& t, std::int64_t count, bool unpack, bool* is_new = nullptr,
                        std::atomic<std::uint64_t>** taken = nullptr, measure_call* measure = nullptr) {
@@ -129,31 +158,53 @@ public:
             }
         }
         std::unique_lock lock(mutex_);
-        auto [it, inserted] = cache_.try_emplace(k);
+        auto it = cache_.find(k);
+        const bool inserted = it == cache_.end();
+        if (inserted && cache_.size() >= max_keys) {  // full: decided afresh, not measured
+            plan_decision d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
+            if (!d.forced) {
+                auto c = classes_.find(class_of(k));
+                if (c != classes_.end()) adopt(d, c->second, k.bytes);
+            }
+            d.measuring = false;
+            uncached_.fetch_add(1, std::memory_order_relaxed);
+            if (is_new) *is_new = false;
+            if (taken) *taken = &uncached_;
+            return d;
+        }
+        if (inserted) it = cache_.try_emplace(k).first;
         entry& e = it->second;
-        if (inserted) e.taken = std::make_unique<std::atomic<std::uint64_t>>(0);
-        if (inserted || e.generation != gen) {
-            const plan_decision fresh = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
-            const bool measuring = inserted ? worth_measuring(fresh) : e.d.measuring;
-            const bool measured = e.d.measured;
-            const std::array<double, 2> measured_s = e.d.measured_s;
-            const std::uint8_t chosen = e.d.chosen;
-            e.d = fresh;
-            e.d.measuring = measuring;
-            if (measured) e.d.measured = true, e.d.measured_s = measured_s, e.d.chosen = chosen;
+        if (inserted) {
+            e.taken = std::make_unique<std::atomic<std::uint64_t>>(0);
+            e.d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
+            e.generation = gen;
+            // Its class: an existing one, or a new one where this key is worth measuring.
+            if (!e.d.forced) {
+                const class_key ck = class_of(k);
+                auto c = classes_.find(ck);
+                if (c == classes_.end() && worth_measuring(e.d) && classes_.size() < max_classes) {
+                    c = classes_.try_emplace(ck).first;
+                    c->second.model_choice = e.d.chosen;
+                }
+                if (c != classes_.end()) e.cls = &c->second;
+            }
+        } else if (e.generation != gen) {
+            e.d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
             e.generation = gen;
         }
+        if (e.cls) adopt(e.d, *e.cls, k.bytes);
         e.taken->fetch_add(1, std::memory_order_relaxed);
         if (is_new) *is_new = inserted;
         if (taken) *taken = e.taken.get();
         if (measure && e.d.measuring) {
+            layout_class& c = *e.cls;
             measure->measuring = true;
             measure->key = k;
-            const std::uint8_t other = e.d.chosen == 0 ? 1 : 0;
-            const int n = e.issued - 2;  // calls before this one, less the two warm-ups
-            if (e.issued < std::numeric_limits<int>::max()) ++e.issued;
+            const std::uint8_t other = c.model_choice == 0 ? 1 : 0;
+            const int n = c.issued - 2;  // the class's calls before this one, less the two warm-ups
+            if (c.issued < std::numeric_limits<int>::max()) ++c.issued;
             measure->timed = n >= 0;
-            measure->method = n == -1 || n % 4 == 0 || n % 4 == 3 ? other : e.d.chosen;
+            measure->method = n == -1 || n % 4 == 0 || n % 4 == 3 ? other : c.model_choice;
         }
         return e.d;
     }
@@ -161,44 +212,47 @@ public:
     /// The seconds a call pack() asked to time took. Returns true when this settled the key
     /// (the caller logs it, with decision()).
     bool record(const measure_call& m, double seconds) {
-        if (!m.timed || m.method > 1 || !(seconds >= 0)) return false;
+        if (!m.timed || m.method > 1 || !(seconds >= 0) || m.key.bytes <= 0) return false;
         std::unique_lock lock(mutex_);
         auto it = cache_.find(m.key);
-        if (it == cache_.end() || !it->second.d.measuring) return false;
-        entry& e = it->second;
-        if (e.recorded >= e.times.size()) return false;
-        e.times[e.recorded] = {seconds, m.method};
-        ++e.recorded;
+        if (it == cache_.end() || it->second.cls == nullptr || it->second.cls->measured) return false;
+        layout_class& c = *it->second.cls;
+        if (c.recorded >= c.times.size()) return false;
+        c.times[c.recorded] = {seconds / static_cast<double>(m.key.bytes), m.method};
+        ++c.recorded;
         // Consecutive calls pair up (1st and 2nd, 3rd and 4th, ...): a pair of different methods
-        // gives one ratio, shunt's time over the library's, free of a slow trend and of a step
-        // between pairs (here the first calls of a layout sometimes ran 1.5x slower, then both
-        // methods dropped together).
+        // gives one ratio, shunt's time per byte over the library's, free of a slow trend and of
+        // a step between pairs (here the first calls of a layout sometimes ran 1.5x slower, then
+        // both methods dropped together).
         std::array<double, measure_trials> ratios{};
         std::size_t n = 0;
-        for (std::size_t i = 0; i + 1 < e.recorded; i += 2) {
-            const timed_run& a = e.times[i];
-            const timed_run& b = e.times[i + 1];
+        for (std::size_t i = 0; i + 1 < c.recorded; i += 2) {
+            const timed_run& a = c.times[i];
+            const timed_run& b = c.times[i + 1];
             if (a.method == b.method || !(a.seconds > 0) || !(b.seconds > 0)) continue;
             ratios[n++] = a.method == 1 ? a.seconds / b.seconds : b.seconds / a.seconds;
         }
-        const std::uint8_t model = e.d.chosen;
+        const std::uint8_t model = c.model_choice;
         // At once where the first pair shows the model's choice at least measure_clear times faster.
-        const bool clear = n == 1 && e.recorded == 2 &&
+        const bool clear = n == 1 && c.recorded == 2 &&
                            (model == 1 ? ratios[0] * measure_clear <= 1 : ratios[0] >= measure_clear);
-        if (!clear && e.recorded < e.times.size()) return false;
+        if (!clear && c.recorded < c.times.size()) return false;
         std::array<std::vector<double>, 2> per;
-        for (std::size_t i = 0; i < e.recorded; ++i) per[e.times[i].method].push_back(e.times[i].seconds);
-        for (std::size_t k = 0; k < 2; ++k) e.d.measured_s[k] = per[k].empty() ? 0 : median_of(per[k]);
+        for (std::size_t i = 0; i < c.recorded; ++i) per[c.times[i].method].push_back(c.times[i].seconds);
+        for (std::size_t k = 0; k < 2; ++k) c.per_byte_s[k] = per[k].empty() ? 0 : median_of(per[k]);
         // Shunt's packer where the median ratio beats the library by the margin (the medians of
         // each method's times where no pair had both).
         const double ratio = n > 0 ? median_of({ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(n)})
-                             : e.d.measured_s[0] > 0 ? e.d.measured_s[1] / e.d.measured_s[0]
-                                                     : 1;
-        e.d.measuring = false;
-        e.d.measured = true;
-        e.d.chosen = e.d.measured_s[1] > 0 && ratio < 1 - measure_margin ? 1 : 0;
+                             : c.per_byte_s[0] > 0 ? c.per_byte_s[1] / c.per_byte_s[0]
+                                                   : 1;
+        c.measured = true;
+        c.chosen = c.per_byte_s[1] > 0 && ratio < 1 - measure_margin ? 1 : 0;
+        adopt(it->second.d, c, m.key.bytes);  // the others of the class on their next call
         return true;
     }
+
+    /// Calls decided afresh because the cache was full (see max_keys).
+    std::uint64_t uncached() const { return uncached_.load(std::memory_order_relaxed); }
 
     /// The cached decision of a key (taken not filled in); a default decision when none.
     plan_decision decision(const pack_key& k) const {
@@ -277,15 +331,40 @@ private:
         double seconds = 0;
         std::uint8_t method = 0;
     };
+    struct class_hash {
+        std::size_t operator()(const class_key& k) const noexcept {
+            std::uint64_t h = static_cast<std::uint64_t>(k.block) * 0x9E3779B97F4A7C15ull;
+            h ^= static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.density)) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
+            h ^= static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.size)) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
+            return static_cast<std::size_t>(h ^ static_cast<std::uint64_t>(k.op));
+        }
+    };
+    /// A class of layouts measured together: calls handed out, the timed calls recorded in
+    /// order (seconds per byte), and the verdict.
+    struct layout_class {
+        std::uint8_t model_choice = 0;  // of the key that started the class
+        int issued = 0;
+        std::array<timed_run, 2 * measure_trials> times{};
+        std::size_t recorded = 0;
+        bool measured = false;
+        std::uint8_t chosen = 0;
+        std::array<double, 2> per_byte_s{};  // each method's median seconds per byte
+    };
     struct entry {
         plan_decision d;
         std::uint64_t generation = 0;
         std::unique_ptr<std::atomic<std::uint64_t>> taken;  // counted under the shared lock
-        // Measuring (d.measuring): calls handed out, and the timed calls recorded, in order.
-        int issued = 0;
-        std::array<timed_run, 2 * measure_trials> times{};
-        std::size_t recorded = 0;
+        layout_class* cls = nullptr;  // stable: classes are never erased
     };
+    /// A decision of a key of class `c`, `bytes` long: measuring until the class has a verdict, then
+    /// the verdict, with each method's measured time scaled to these bytes.
+    static void adopt(plan_decision& d, const layout_class& c, std::int64_t bytes) {
+        d.measuring = !c.measured;
+        if (!c.measured) return;
+        d.measured = true;
+        d.chosen = c.chosen;
+        for (std::size_t k = 0; k < 2; ++k) d.measured_s[k] = c.per_byte_s[k] * static_cast<double>(bytes);
+    }
     static double median_of(std::vector<double> v) {
         std::sort(v.begin(), v.end());
         const std::size_t h = v.size() / 2;
@@ -296,6 +375,8 @@ private:
     plan_overrides overrides_;
     mutable std::shared_mutex mutex_;
     std::unordered_map<pack_key, entry, key_hash> cache_;
+    std::unordered_map<class_key, layout_class, class_hash> classes_;
+    std::atomic<std::uint64_t> uncached_{0};
 };
 
 }  // namespace shunt
