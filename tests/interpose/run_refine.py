@@ -14,6 +14,10 @@ the library (the model's decision, in the SHUNT_LOG=decide line):
 - with the default SHUNT_PACK=auto, the planner measures the layout on its first calls: the
   decide log must show shunt's packer chosen from measured times, and no more calls than the
   measuring takes (two warm-ups and the planner's trials) may reach the library.
+- the same with pack_loop's "vary" mode, where nearly every call packs a new count of the same
+  layout (56-64 KiB, one class of the planner's): the class is measured once, and again no more
+  calls than the measuring takes may reach the library, although the model prefers it for every
+  new count.
 Exit status: 0 pass, 1 fail.
 """
 import argparse
@@ -77,36 +81,39 @@ def main():
 
         cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", "1"]
         cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
-        cmd += command
-        for pack in ("model", "auto"):
+        for pack, vary in (("model", False), ("auto", False), ("auto", True)):
             run_env = dict(env, SHUNT_MODEL=model, SHUNT_LOG="debug:decide", SHUNT_REPORT="rank", SHUNT_PACK=pack)
+            run = cmd + command + (["6000", "vary"] if vary else [])
+            name = f"SHUNT_PACK={pack}{' (vary)' if vary else ''}"
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=TIMEOUT)
+                p = subprocess.run(run, capture_output=True, text=True, env=run_env, timeout=TIMEOUT)
             except subprocess.TimeoutExpired:
-                fail(f"timed out after {TIMEOUT} s: {' '.join(cmd)}")
+                fail(f"timed out after {TIMEOUT} s: {' '.join(run)}")
             if p.returncode != 0 or "every byte right" not in p.stdout:
-                fail(f"SHUNT_PACK={pack}: pack_loop must pack and unpack every byte right under shunt", p)
+                fail(f"{name}: pack_loop must pack and unpack every byte right under shunt", p)
+            # One element of 65536 blocks, or 57344-65535 elements of one block each.
+            shape = r"\d+ x \S+ \((\d+) bytes in \1 blocks" if vary else r"1 x \S+ \(65536 bytes in 65536 blocks"
             for op in ("MPI_Pack", "MPI_Unpack"):
-                if not re.search(rf"decide: {op} of 1 x \S+ \(65536 bytes in 65536 blocks\): the library \(predicted "
+                if not re.search(rf"decide: {op} of {shape}\): the library \(predicted "
                                  r"library [0-9.e+-]+ us, host [0-9.e+-]+ us\)", p.stderr):
-                    fail(f"SHUNT_PACK={pack}: {op}: the crafted model must first send the calls to the library", p)
-                measured = re.search(rf"decide: {op} of 1 x \S+ \(65536 bytes in 65536 blocks over \d+ bytes\): "
+                    fail(f"{name}: {op}: the crafted model must first send the calls to the library", p)
+                measured = re.search(rf"decide: {op} of {shape} over \d+ bytes\): "
                                      r"shunt's host packer \(measured library [0-9.e+-]+ us, shunt's host packer "
                                      r"[0-9.e+-]+ us\)", p.stderr)
                 if (measured is None) == (pack == "auto"):
-                    fail(f"SHUNT_PACK={pack}: {op}: the layout must {'' if pack == 'auto' else 'not '}be measured", p)
+                    fail(f"{name}: {op}: the layout must {'' if pack == 'auto' else 'not '}be measured", p)
                 m = re.search(rf"{op} (\d+) \(shunt (\d+), \d+ bytes; library (\d+)\)", p.stderr)
                 if m is None:
-                    fail(f"SHUNT_PACK={pack}: no {op} counts in the report", p)
+                    fail(f"{name}: no {op} counts in the report", p)
                 calls, by_shunt, library = (int(x) for x in m.groups())
                 if by_shunt + library != calls:
-                    fail(f"SHUNT_PACK={pack}: {op}: the report's counts do not add up", p)
+                    fail(f"{name}: {op}: the report's counts do not add up", p)
                 if pack == "model" and by_shunt < calls // 2:
                     fail(f"{op}: refinement must move most calls to shunt's packer: {by_shunt} of {calls} by shunt", p)
                 if pack == "auto" and library > 2 + MEASURE_TRIALS:
                     fail(f"{op}: measuring must send at most {2 + MEASURE_TRIALS} calls to the library, not {library}", p)
                 how = "refined" if pack == "model" else "measured"
-                print(f"SHUNT_PACK={pack}: {op} started on the library (the model's choice), {how}: {by_shunt} of "
+                print(f"{name}: {op} started on the library (the model's choice), {how}: {by_shunt} of "
                       f"{calls} calls by shunt's packer")
     return 0
 
