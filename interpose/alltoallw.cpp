@@ -87,7 +87,7 @@ struct runtime::w_side {
 namespace {
 
 constexpr int w_trials = 3;         ///< calls timed on both paths before deciding, after one warm-up
-constexpr double w_margin = 0.03;  ///< how much faster shunt's path must be, as for the planner
+constexpr double w_margin = measured_win_margin;  ///< how much faster shunt's path must be
 
 /// One operation's decision on one communicator. Collectives on one communicator do not run
 /// concurrently: the measurements need no lock.

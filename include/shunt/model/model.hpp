@@ -34,6 +34,11 @@ inline std::string p2p(std::string_view level, std::string_view buffers) {
 }
 }  // namespace table_names
 
+/// How much faster shunt's method must measure than the library's to be chosen over it (a
+/// fraction), so that noise favours the library: one rule for every measured decision (the pack
+/// planner's layouts, the collective tuner, MPI_Alltoallw's per-communicator choice).
+inline constexpr double measured_win_margin = 0.03;
+
 /// Parameters of the analytic model used where no measurement exists: latency + size /
 /// bandwidth per level, memory bandwidth, PCIe, per-block costs of the packers.
 struct analytic_params {

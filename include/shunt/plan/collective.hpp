@@ -232,7 +232,7 @@ class collective_tuner {
 public:
     using agree_fn = std::function<void(double* values, int n)>;
 
-    collective_tuner(coll_shape shape, int trials = 3, double margin = 0.03)
+    collective_tuner(coll_shape shape, int trials = 3, double margin = measured_win_margin)
         : shape_(std::move(shape)), trials_(std::max(0, trials)), margin_(margin), level_sets_(level_sets(shape_)) {}
 
     /// The candidate sets of levels for a shape (bit k: level k), every level first.

@@ -92,7 +92,7 @@ public:
         : model_(std::move(model)), overrides_(o) {}
 
     static constexpr int measure_trials = 4;
-    static constexpr double measure_margin = 0.03;
+    static constexpr double measure_margin = measured_win_margin;
     static constexpr double measure_clear = 2.0;
     static constexpr double measure_floor_s = 1e-6;
     static constexpr double measure_ceiling_s = 10e-3;
