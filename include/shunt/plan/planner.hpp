@@ -162,10 +162,7 @@ public:
         const bool inserted = it == cache_.end();
         if (inserted && cache_.size() >= max_keys) {  // full: decided afresh, not measured
             plan_decision d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
-            if (!d.forced) {
-                auto c = classes_.find(class_of(k));
-                if (c != classes_.end()) adopt(d, c->second, k.bytes);
-            }
+            if (const layout_class* c = class_for(k, d, false)) adopt(d, *c, k.bytes);
             d.measuring = false;
             uncached_.fetch_add(1, std::memory_order_relaxed);
             if (is_new) *is_new = false;
@@ -178,16 +175,7 @@ public:
             e.taken = std::make_unique<std::atomic<std::uint64_t>>(0);
             e.d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
             e.generation = gen;
-            // Its class: an existing one, or a new one where this key is worth measuring.
-            if (!e.d.forced) {
-                const class_key ck = class_of(k);
-                auto c = classes_.find(ck);
-                if (c == classes_.end() && worth_measuring(e.d) && classes_.size() < max_classes) {
-                    c = classes_.try_emplace(ck).first;
-                    c->second.model_choice = e.d.chosen;
-                }
-                if (c != classes_.end()) e.cls = &c->second;
-            }
+            e.cls = class_for(k, e.d, true);
         } else if (e.generation != gen) {
             e.d = decide_pack(*model_, k.op, k.bytes, k.blocks, overrides_);
             e.generation = gen;
@@ -319,11 +307,14 @@ public:
     }
 
 private:
+    /// Folds v into the hash h (the boost hash_combine step).
+    static std::uint64_t hash_mix(std::uint64_t h, std::uint64_t v) {
+        return h ^ (v + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2));
+    }
     struct key_hash {
         std::size_t operator()(const pack_key& k) const noexcept {
             std::uint64_t h = static_cast<std::uint64_t>(k.bytes) * 0x9E3779B97F4A7C15ull;
-            h ^= static_cast<std::uint64_t>(k.blocks) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
-            h ^= static_cast<std::uint64_t>(k.span) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
+            h = hash_mix(hash_mix(h, static_cast<std::uint64_t>(k.blocks)), static_cast<std::uint64_t>(k.span));
             return static_cast<std::size_t>(h ^ static_cast<std::uint64_t>(k.op));
         }
     };
@@ -334,8 +325,7 @@ private:
     struct class_hash {
         std::size_t operator()(const class_key& k) const noexcept {
             std::uint64_t h = static_cast<std::uint64_t>(k.block) * 0x9E3779B97F4A7C15ull;
-            h ^= static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.density)) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
-            h ^= static_cast<std::uint64_t>(static_cast<std::uint32_t>(k.size)) + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2);
+            h = hash_mix(hash_mix(h, static_cast<std::uint32_t>(k.density)), static_cast<std::uint32_t>(k.size));
             return static_cast<std::size_t>(h ^ static_cast<std::uint64_t>(k.op));
         }
     };
@@ -356,6 +346,19 @@ private:
         std::unique_ptr<std::atomic<std::uint64_t>> taken;  // counted under the shared lock
         layout_class* cls = nullptr;  // stable: classes are never erased
     };
+    /// The class of key `k` decided as `d` (never for a forced decision): an existing one, or,
+    /// where `create` and the key is worth measuring, a new one started from `d`'s choice; null
+    /// when none. Called under the unique lock.
+    layout_class* class_for(const pack_key& k, const plan_decision& d, bool create) {
+        if (d.forced) return nullptr;
+        const class_key ck = class_of(k);
+        auto c = classes_.find(ck);
+        if (c == classes_.end() && create && worth_measuring(d) && classes_.size() < max_classes) {
+            c = classes_.try_emplace(ck).first;
+            c->second.model_choice = d.chosen;
+        }
+        return c == classes_.end() ? nullptr : &c->second;
+    }
     /// A decision of a key of class `c`, `bytes` long: measuring until the class has a verdict, then
     /// the verdict, with each method's measured time scaled to these bytes.
     static void adopt(plan_decision& d, const layout_class& c, std::int64_t bytes) {
