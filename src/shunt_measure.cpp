@@ -37,22 +37,31 @@ struct options {
     bool full = false;
     double budget_s = 0;  // 0: no limit
     std::string output;
+    std::vector<std::string> only;  ///< name prefixes of the tables to measure (empty: all)
     bool force = false;
     bool validate = false;
     bool decisions = false;
     bool dry_run = false;
+    bool selects(std::string_view table) const {
+        return only.empty() || std::any_of(only.begin(), only.end(), [&](const std::string& p) { return table.starts_with(p); });
+    }
 };
 
 constexpr const char* usage_text =
     "usage: [mpirun -n N] shunt-measure [options]\n"
     "Measures this machine's cost model and writes it to the model file (SHUNT_MODEL, else\n"
-    "$XDG_CACHE_HOME/shunt/model.json, else ~/.cache/shunt/model.json). Incremental: tables already\n"
-    "in the file are kept and only missing ones are measured. One node: intra-node tables; run across\n"
-    "two nodes for the inter-node tables.\n"
+    "$XDG_CACHE_HOME/shunt/model-HOST-MPI.json, else ~/.cache/shunt/model-HOST-MPI.json). Incremental:\n"
+    "tables already in the file are kept and only missing ones are measured. One node: intra-node\n"
+    "tables; run across two nodes for the inter-node tables. At the default location the first rank\n"
+    "of every node writes its node's own file (its node's copy and pack tables, and the job's\n"
+    "point-to-point and collective tables as rank 0 measured them); SHUNT_MODEL or --output name one\n"
+    "file, which rank 0 writes.\n"
     "  --quick            few sizes and short trials (default; under a minute on 2 cores)\n"
     "  --full             all sizes and block lengths, longer trials\n"
     "  --budget SECONDS   stop starting new tables after this long (what is done is saved)\n"
     "  --output FILE      write the model here instead\n"
+    "  --only PREFIX      measure only the tables whose names start with PREFIX (repeatable; e.g.\n"
+    "                     copy. pack. p2p. coll.allreduce; --dry-run lists the names)\n"
     "  --force            measure every table again, replacing the file's\n"
     "  --validate         measure held-out sizes and report each table's prediction error\n"
     "  --decisions        compare the planner's pack choice with the fastest measured method\n"
@@ -79,6 +88,10 @@ bool parse_args(int argc, char** argv, options& o, std::string& error) {
             const char* v = value("a file name");
             if (!v) return false;
             o.output = v;
+        } else if (a == "--only") {
+            const char* v = value("a table name prefix");
+            if (!v) return false;
+            o.only.emplace_back(v);
         } else if (a == "--budget") {
             const char* v = value("a number of seconds");
             if (!v) return false;
@@ -133,8 +146,16 @@ private:
     bool enabled_, tty_;
 };
 
-/// The world ranks rank 0 pairs with: one on its node and one on another node (-1 if none).
-void find_peers(int& node_peer, int& network_peer) {
+/// How the job lies over its nodes, as shunt-measure needs it.
+struct job_layout {
+    int node_peer = -1;        ///< a rank on rank 0's node other than rank 0 (-1 if none)
+    int network_peer = -1;     ///< a rank on another node (-1 if none)
+    bool node_leader = false;  ///< this rank is the lowest world rank of its node
+    int nodes = 1;
+};
+
+/// The job's layout, from MPI_COMM_TYPE_SHARED (collective over MPI_COMM_WORLD).
+job_layout find_layout() {
     int rank = 0, size = 1;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -145,11 +166,30 @@ void find_peers(int& node_peer, int& network_peer) {
     PMPI_Comm_free(&node);
     std::vector<int> leaders(static_cast<std::size_t>(size));
     SHUNT_CHECK_MPI(PMPI_Allgather(&leader, 1, MPI_INT, leaders.data(), 1, MPI_INT, MPI_COMM_WORLD));
-    node_peer = network_peer = -1;
-    for (int r = 1; r < size; ++r) {
-        if (leaders[static_cast<std::size_t>(r)] == leaders[0] && node_peer < 0) node_peer = r;
-        if (leaders[static_cast<std::size_t>(r)] != leaders[0] && network_peer < 0) network_peer = r;
+    job_layout j;
+    j.node_leader = leader == rank;
+    j.nodes = 0;
+    for (int r = 0; r < size; ++r) {
+        const int l = leaders[static_cast<std::size_t>(r)];
+        j.nodes += l == r;
+        if (r == 0) continue;
+        if (l == leaders[0] && j.node_peer < 0) j.node_peer = r;
+        if (l != leaders[0] && j.network_peer < 0) j.network_peer = r;
     }
+    return j;
+}
+
+/// Rank 0's table, on every rank.
+time_table share_from_rank0(const time_table& t) {
+    std::vector<double> flat;
+    for (const auto& p : t.points()) flat.insert(flat.end(), {p.size, p.time, p.spread});
+    int n = static_cast<int>(flat.size());
+    PMPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    flat.resize(static_cast<std::size_t>(n));
+    PMPI_Bcast(flat.data(), n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    std::vector<table_point> points;
+    for (std::size_t i = 0; i + 2 < flat.size(); i += 3) points.push_back({flat[i], flat[i + 1], flat[i + 2]});
+    return time_table(std::move(points));
 }
 
 /// The collectives with tables, as the planner names them.
@@ -286,8 +326,7 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         std::vector<double> held, drift, same_pass;
     };
     group pack, p2p, coll;
-    int node_peer = -1, network_peer = -1;
-    find_peers(node_peer, network_peer);
+    const job_layout job = find_layout();
     for (const auto& t : tasks) {
         const time_table* tbl = m.find(t.name);
         int have = tbl != nullptr;
@@ -304,7 +343,7 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         PMPI_Bcast(sizes.data(), n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         time_table measured;
         if (t.name.rfind("p2p.", 0) == 0) {
-            const int peer = t.name.find(".network.") != std::string::npos ? network_peer : node_peer;
+            const int peer = t.name.find(".network.") != std::string::npos ? job.network_peer : job.node_peer;
             measured = measure_p2p(MPI_COMM_WORLD, 0, peer, sizes, pol);
         } else if (t.coll) {
             measured = measure_collective(t.coll->op, t.coll->method, topology::of(MPI_COMM_WORLD, config().topology), sizes,
@@ -444,49 +483,80 @@ int main(int argc, char** argv) {
     int status = 0;
     try {
         const model_identity me = current_identity();
-        const std::string path = o.output.empty() ? resolve_model_path(config().model, process_environment(), me) : o.output;
-        if (path.empty()) throw shunt::error("no model file location: set SHUNT_MODEL or HOME, or pass --output");
+        const job_layout job = find_layout();
+        // The default location names the host, so each node keeps a file of its own: every node's
+        // first rank measures its node's tables (copies, packing) and writes its node's file, with
+        // the job's shared tables (point-to-point, collectives) as rank 0 measured them, so that
+        // every rank of a later job finds the same shared tables. A location given by --output or
+        // SHUNT_MODEL is one file, which rank 0 writes.
+        const bool one_file = !o.output.empty() || !config().model.empty();
+        const bool writer = rank == 0 || (job.node_leader && !one_file);
+        const std::string path =
+            !writer ? std::string() : o.output.empty() ? resolve_model_path(config().model, process_environment(), me) : o.output;
+        const int no_path = writer && path.empty();
+        int any_no_path = 0;
+        PMPI_Allreduce(&no_path, &any_no_path, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (any_no_path)
+            throw shunt::error(std::string("no model file location on ") + (no_path ? "host " + me.host : "another node") +
+                               ": set SHUNT_MODEL or HOME, or pass --output");
+        if (rank == 0 && one_file && job.nodes > 1)
+            std::fprintf(stderr,
+                         "shunt-measure: note: %s is one file, written by rank 0 with the tables of its node (%s); the "
+                         "other %d node(s) will find it foreign. Leave SHUNT_MODEL unset and drop --output to write "
+                         "each node's own file\n",
+                         path.c_str(), me.host.c_str(), job.nodes - 1);
         cost_model model;
         model.id = me;
-        if (rank == 0 && !o.force) {
+        if (writer && !o.force) {
             auto r = load_model(path, &me);
             if (r.model)
                 model = *r.model;
             else if (!r.missing)
                 std::fprintf(stderr, "shunt-measure: warning: %s; starting a new model\n", r.problem.c_str());
         }
-        int node_peer = -1, network_peer = -1;
-        find_peers(node_peer, network_peer);
-        const auto tasks = plan_tasks(o, node_peer, network_peer);
-        std::vector<const task*> todo;
+        const auto tasks = plan_tasks(o, job.node_peer, job.network_peer);
+        struct todo_item {
+            const task* t;
+            bool mine;  ///< this rank's file lacks the table (or --force)
+        };
+        std::vector<todo_item> todo;
         for (const auto& t : tasks) {
-            int need = o.force || !model.measured(t.name);
-            PMPI_Bcast(&need, 1, MPI_INT, 0, MPI_COMM_WORLD);
-            if (need) todo.push_back(&t);
+            const int mine = writer && o.selects(t.name) && (o.force || !model.measured(t.name));
+            int need = 0;
+            PMPI_Allreduce(&mine, &need, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+            if (need) todo.push_back({&t, mine != 0});
         }
         if (o.dry_run) {
             if (rank == 0)
-                for (const task* t : todo) std::printf("would measure %s\n", t->name.c_str());
+                for (const auto& item : todo) std::printf("would measure %s\n", item.t->name.c_str());
         } else {
             progress bar(todo.size(), rank == 0);
             const double start = detail::now_s();
             std::size_t done = 0;
-            for (const task* t : todo) {
+            for (const auto& [t, mine] : todo) {
                 int go = o.budget_s <= 0 || detail::now_s() - start < o.budget_s;
                 PMPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
                 if (!go) break;
-                if (t->collective || rank == 0) {
-                    time_table tbl = t->run();
-                    if (rank == 0) model.set(t->name, std::move(tbl));
+                if (t->collective) {
+                    time_table tbl = share_from_rank0(t->run());
+                    if (writer) model.set(t->name, std::move(tbl));
+                } else if (mine) {
+                    model.set(t->name, t->run());
                 }
                 bar.step(++done, t->name, detail::now_s() - start);
             }
-            if (rank == 0) {
-                if (done < todo.size())
-                    std::fprintf(stderr, "shunt-measure: budget reached, %zu of %zu tables measured; run again to continue\n",
-                                 done, todo.size());
-                save_model(model, path);
-                std::printf("shunt-measure: wrote %zu tables to %s\n", model.tables().size(), path.c_str());
+            if (rank == 0 && done < todo.size())
+                std::fprintf(stderr, "shunt-measure: budget reached, %zu of %zu tables measured; run again to continue\n",
+                             done, todo.size());
+            if (writer) {
+                // A file that cannot be written fails the run, after the steps every rank takes part in.
+                try {
+                    save_model(model, path);
+                    std::printf("shunt-measure: wrote %zu tables to %s\n", model.tables().size(), path.c_str());
+                } catch (const std::exception& e) {
+                    std::fprintf(stderr, "shunt-measure: error: %s\n", e.what());
+                    status = 1;
+                }
             }
         }
         if (o.validate) validate(model, tasks, o, rank);
