@@ -233,6 +233,11 @@ public:
     }
     /// Text appended to --help after the option list (what the rows are, defaults).
     void epilog(std::string text) { epilog_ = std::move(text); }
+    /// This benchmark's defaults of --trials and --time (shown in --help).
+    void trial_defaults(int trials, double time_s) {
+        defaults_.trials = trials;
+        defaults_.time_s = time_s;
+    }
 
     /// Parses argv. Prints --help to stdout and exits 0; prints a usage error to stderr and exits 2.
     /// Call before MPI_Init (nothing here touches MPI).
@@ -249,6 +254,8 @@ public:
     /// `help_shown` set). For tests of the parser.
     options parse_or_throw(int argc, char** argv, bool* help_shown = nullptr) {
         options o;
+        o.trials = defaults_.trials;
+        o.time_s = defaults_.time_s;
         for (int i = 1; i < argc; ++i) {
             std::string arg = argv[i];
             if (arg != "-h" && arg.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + arg + "'");
@@ -326,8 +333,13 @@ public:
         line("--reps N|auto", "calls per timed trial (auto: each variant calibrated to about 1 ms)");
         line("--warmup N", "untimed calls of each variant before its trials (default 2; with\n"
                            "--reps auto at least 1, which also calibrates)");
-        line("--trials N", "interleaved trials per variant; the best is reported (default 15)");
-        line("--time SECONDS", "stop adding trials to a row after this long, 3 trials at least (default 1)");
+        char trials[96], time[96];
+        std::snprintf(trials, sizeof trials, "interleaved trials per variant; the best is reported (default %d)",
+                      defaults_.trials);
+        std::snprintf(time, sizeof time, "stop adding trials to a row after this long, 3 trials at least (default %g)",
+                      defaults_.time_s);
+        line("--trials N", trials);
+        line("--time SECONDS", time);
         line("--csv [FILE|-]", "also write CSV to FILE; without FILE or with '-': CSV instead of the table");
         line("--filter REGEX", "run only rows whose name matches (ECMAScript regex, see --list)");
         line("--list", "print the names of the rows that would run, and exit");
@@ -348,6 +360,7 @@ private:
     };
     std::string program_, summary_, epilog_;
     std::vector<own_option> own_;
+    options defaults_;  ///< its trials and time_s seed every parse
 };
 
 /// The timing of one variant of a row.

@@ -346,6 +346,11 @@ int main(int argc, char** argv) {
         "fp-memcpy = memcpy of the type's footprint (its true extent: as much memory as the typed\n"
         "buffer spans) in GB/s of its own bytes; shunt/fp-memcpy = shunt's GB/s / fp-memcpy's.\n"
         "Runs on rank 0 of MPI_COMM_WORLD (run it alone, or with mpiexec -n 1).");
+    // 40 trials (at most 3 s a row): rows whose data sits near a cache's capacity alternate between
+    // two speeds of the same code for runs of calls, and with 15 trials the library against itself
+    // (lib/lib) was off by more than 5% on 22-33 of 192 rows with Open MPI, 25-27 with MPICH; with
+    // 40, on 17 and 12.
+    line.trial_defaults(40, 3.0);
     options o = line.parse(argc, argv);
     if (s.quick) {
         if (!o.was_given("--sizes")) o.sizes = {64 << 10};
