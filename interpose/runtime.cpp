@@ -326,7 +326,8 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
         const std::uint64_t generation = model_->generation();
         if (l.info == info && l.count == count && l.types == types && l.generation == generation &&
             l.taken != nullptr && !cfg_.log.enabled(log_level::trace, log_category::decide)) {
-            l.taken->fetch_add(1, std::memory_order_relaxed);
+            // The use count only feeds SHUNT_REPORT: without a report, no shared line is written.
+            if (cfg_.report != report_mode::off) l.taken->fetch_add(1, std::memory_order_relaxed);
             plan = {bytes, l.blocks, true, l.measured, {}};
             return l.host ? pass_reason::none : pass_reason::planned;
         }
