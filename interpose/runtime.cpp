@@ -309,6 +309,10 @@ pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int
         if (__builtin_mul_overflow(static_cast<std::int64_t>(count), info->size, &bytes)) return pass_reason::too_large;
         if (bytes > room) return pass_reason::would_truncate;
         if (bytes == 0 || cfg_.pack == pack_choice::host) return pass_reason::none;
+        // One contiguous run is one memcpy for shunt and for the library alike: nothing to decide
+        // or measure, and shunt's copy skips the library's own per-call work. (With the planner's
+        // lookups, 64 KiB contiguous packs ran 0.97-0.98x the library; without, 0.99-1.00x.)
+        if (info->dense(count)) return pass_reason::none;
         // The thread's last decision per direction answers a repeated call (the common case: one
         // halo type packed step after step) without the planner's lock and hash. It is keyed
         // by the decoded type and count; the type generation (any commit, dup or free) keeps a

@@ -18,6 +18,9 @@ the library (the model's decision, in the SHUNT_LOG=decide line):
   layout (56-64 KiB, one class of the planner's): the class is measured once, and again no more
   calls than the measuring takes may reach the library, although the model prefers it for every
   new count.
+- with pack_loop's "dense" mode (one contiguous 64 KiB type), shunt makes the one copy on every
+  call without a decision (the library's MPI_Pack is one copy too): no decide line, no call to
+  the library, although the model prefers it.
 Exit status: 0 pass, 1 fail.
 """
 import argparse
@@ -115,6 +118,19 @@ def main():
                 how = "refined" if pack == "model" else "measured"
                 print(f"{name}: {op} started on the library (the model's choice), {how}: {by_shunt} of "
                       f"{calls} calls by shunt's packer")
+        # A contiguous type: one copy either way, made by shunt on every call, never decided.
+        run_env = dict(env, SHUNT_MODEL=model, SHUNT_LOG="debug:decide", SHUNT_REPORT="rank")
+        p = subprocess.run(cmd + command + ["2000", "dense"], capture_output=True, text=True, env=run_env,
+                           timeout=TIMEOUT)
+        if p.returncode != 0 or "every byte right" not in p.stdout:
+            fail("dense: pack_loop must pack and unpack every byte right under shunt", p)
+        if "decide: MPI_Pack of" in p.stderr or "decide: MPI_Unpack of" in p.stderr:
+            fail("dense: a contiguous type must not be decided or measured", p)
+        for op in ("MPI_Pack", "MPI_Unpack"):
+            m = re.search(rf"{op} (\d+) \(shunt (\d+), \d+ bytes; library (\d+)\)", p.stderr)
+            if m is None or int(m.group(1)) != 2000 or int(m.group(2)) != 2000:
+                fail(f"dense: {op}: all 2000 calls must be shunt's copies", p)
+        print("dense: MPI_Pack and MPI_Unpack of a contiguous type: 2000 of 2000 calls by shunt's copy, none decided")
     return 0
 
 

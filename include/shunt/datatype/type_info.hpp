@@ -16,6 +16,10 @@ struct type_info {
     std::int64_t extent = 0;
     std::int64_t true_lb = 0;
     std::int64_t true_extent = 0;
+
+    /// True when `count` elements are one contiguous run of bytes, one memcpy: layout::is_dense
+    /// without reading the block list (the one block of a contiguous form is `size` bytes long).
+    bool dense(std::int64_t count) const { return form.is_contiguous() && (count == 1 || extent == size); }
 };
 
 }  // namespace shunt
