@@ -318,7 +318,7 @@ std::vector<double> errors_against(const time_table& predicted, const std::vecto
 /// error against the stored table is the drift of the machine since the table was measured, and
 /// the held-out error against a table of the anchors (same pass, same machine state) tells a
 /// wrong interpolation apart from a machine that changed under a long run.
-void validate(const cost_model& m, const std::vector<task>& tasks, const options& o, int rank) {
+void validate(const cost_model& m, const std::vector<task>& tasks, const options& o, const job_layout& job, int rank) {
     const timing_policy pol = o.full ? full_timing() : quick_timing();
     if (rank == 0)
         std::printf("%-40s %8s %10s %10s %10s %10s\n", "table", "points", "median%", "max%", "drift%", "same-pass%");
@@ -326,7 +326,6 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         std::vector<double> held, drift, same_pass;
     };
     group pack, p2p, coll;
-    const job_layout job = find_layout();
     for (const auto& t : tasks) {
         const time_table* tbl = m.find(t.name);
         int have = tbl != nullptr;
@@ -559,7 +558,7 @@ int main(int argc, char** argv) {
                 }
             }
         }
-        if (o.validate) validate(model, tasks, o, rank);
+        if (o.validate) validate(model, tasks, o, job, rank);
         if (o.decisions) {
             check_decisions(model, o, rank);
             // Every rank needs the model's collective tables to predict alike: rank 0's go out.
