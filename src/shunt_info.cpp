@@ -257,7 +257,12 @@ int explain(int argc, char** argv) {
         std::printf("  %-8.*s predicted %10.3f us%s\n", static_cast<int>(d.alternatives[i].method.size()),
                     d.alternatives[i].method.data(), d.alternatives[i].predicted_s * 1e6,
                     i == d.chosen ? (d.forced ? "   <- chosen (forced by SHUNT_PACK)" : "   <- chosen") : "");
-    if (d.measuring && shunt::config().pack != shunt::pack_choice::model)
+    const bool dense = t.dense(1) && shunt::config().pack != shunt::pack_choice::library;
+    if (dense)  // as runtime::prepare: one run of bytes is one memcpy, with nothing to decide
+        std::printf("  one contiguous run: preloaded, MPI_%s makes it one memcpy (as the library does), without\n"
+                    "  a decision or measuring\n",
+                    std::string_view(argv[2]) == "unpack" ? "Unpack" : "Pack");
+    else if (d.measuring && shunt::config().pack != shunt::pack_choice::model)
         std::printf("  preloaded, MPI_%s measures both on the first calls of each such layout (one class with\n"
                     "  the counts whose bytes are within 19%%) and keeps the faster\n"
                     "  (the library unless shunt's packer beats it by %.0f%%; SHUNT_PACK=model keeps the model's choice)\n",
