@@ -307,15 +307,16 @@ public:
     }
 
 private:
-    /// Folds v into the hash h (the boost hash_combine step).
-    static std::uint64_t hash_mix(std::uint64_t h, std::uint64_t v) {
-        return h ^ (v + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2));
+    /// The hash of a key's three numbers and its operation: the first scaled, the others folded
+    /// in by the boost hash_combine step.
+    static std::size_t hash_of(std::uint64_t a, std::uint64_t b, std::uint64_t c, plan_op op) {
+        const auto mix = [](std::uint64_t h, std::uint64_t v) { return h ^ (v + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2)); };
+        return static_cast<std::size_t>(mix(mix(a * 0x9E3779B97F4A7C15ull, b), c) ^ static_cast<std::uint64_t>(op));
     }
     struct key_hash {
         std::size_t operator()(const pack_key& k) const noexcept {
-            std::uint64_t h = static_cast<std::uint64_t>(k.bytes) * 0x9E3779B97F4A7C15ull;
-            h = hash_mix(hash_mix(h, static_cast<std::uint64_t>(k.blocks)), static_cast<std::uint64_t>(k.span));
-            return static_cast<std::size_t>(h ^ static_cast<std::uint64_t>(k.op));
+            return hash_of(static_cast<std::uint64_t>(k.bytes), static_cast<std::uint64_t>(k.blocks),
+                           static_cast<std::uint64_t>(k.span), k.op);
         }
     };
     struct timed_run {
@@ -324,9 +325,8 @@ private:
     };
     struct class_hash {
         std::size_t operator()(const class_key& k) const noexcept {
-            std::uint64_t h = static_cast<std::uint64_t>(k.block) * 0x9E3779B97F4A7C15ull;
-            h = hash_mix(hash_mix(h, static_cast<std::uint32_t>(k.density)), static_cast<std::uint32_t>(k.size));
-            return static_cast<std::size_t>(h ^ static_cast<std::uint64_t>(k.op));
+            return hash_of(static_cast<std::uint64_t>(k.block), static_cast<std::uint32_t>(k.density),
+                           static_cast<std::uint32_t>(k.size), k.op);
         }
     };
     /// A class of layouts measured together: calls handed out, the timed calls recorded in
