@@ -286,10 +286,13 @@ void runtime::measured(direction d, MPI_Datatype type, int count, const pack_pla
         const shim s = d == direction::pack ? shim::pack : shim::unpack;
         log_debug(log_category::decide,
                   "%s of %d x %s (%" PRId64 " bytes in %" PRId64 " blocks over %" PRId64 " bytes): %s (measured library %.3g us, "
-                  "shunt's host packer %.3g us)",
+                  "shunt's host packer %.3g us%s)",
                   shim_names[static_cast<std::size_t>(s)], count, handle_text(type).c_str(), pd.bytes, pd.blocks,
                   plan.measure.key.span, pd.method() == "host" ? "shunt's host packer" : "the library",
-                  pd.measured_s[0] * 1e6, pd.measured_s[1] * 1e6);
+                  pd.measured_s[0] * 1e6, pd.measured_s[1] * 1e6,
+                  pd.measuring                ? "; a second look follows"
+                  : plan.measure.look == 1 ? "; second look"
+                                              : "");
     } catch (...) {
     }
 }

@@ -86,6 +86,15 @@ struct plan_overrides {
 /// once: noise on those two timings could only confirm the choice the model had already made.
 /// The verdict then holds for every key of the class, those decided before it included (model
 /// corrections recompute the predictions, not the verdict).
+///
+/// A second look: a layout's first calls are not always its steady state (in bench-pack, a 16
+/// MiB unpack's first timed calls ran 2-4 ms for both packers, later calls 1.2 ms, and between
+/// runs its first look chose either). So a first verdict whose median ratio is within
+/// `measure_clear` either way holds only until the class has run `recheck_after` more calls of
+/// it; then the class is measured again the same way (two warm-ups, then the timed calls, now
+/// starting from the first verdict), and that second look alone settles the class. A first look
+/// that settled at once, or with a win of `measure_clear` or more, is final: a second look
+/// there would mostly run the much slower method four more times.
 class planner {
 public:
     explicit planner(std::shared_ptr<const cost_model> model, plan_overrides o = {})
@@ -94,6 +103,7 @@ public:
     static constexpr int measure_trials = 4;
     static constexpr double measure_margin = measured_win_margin;
     static constexpr double measure_clear = 2.0;
+    static constexpr int recheck_after = 2 * measure_trials;  ///< calls between a close first verdict and the second look
     static constexpr double measure_floor_s = 1e-6;
     static constexpr double measure_ceiling_s = 10e-3;
     static constexpr std::size_t max_keys = std::size_t{1} << 16;     ///< about 300 bytes each
@@ -116,6 +126,7 @@ public:
     struct measure_call {
         bool measuring = false, timed = false;
         std::uint8_t method = 0;
+        std::uint8_t look = 0;  ///< the first (0) or second (1) look of the key's class
         pack_key key;
     };
 
@@ -188,11 +199,14 @@ public:
             layout_class& c = *e.cls;
             measure->measuring = true;
             measure->key = k;
-            const std::uint8_t other = c.model_choice == 0 ? 1 : 0;
-            const int n = c.issued - 2;  // the class's calls before this one, less the two warm-ups
+            measure->look = c.look;
+            const std::uint8_t other = c.lead == 0 ? 1 : 0;
+            // The look's calls before this one, less the two warm-ups (below -2: waiting for the
+            // second look, running the first verdict untimed).
+            const int n = c.issued - 2;
             if (c.issued < std::numeric_limits<int>::max()) ++c.issued;
             measure->timed = n >= 0;
-            measure->method = n == -1 || n % 4 == 0 || n % 4 == 3 ? other : c.model_choice;
+            measure->method = n == -1 || (n >= 0 && (n % 4 == 0 || n % 4 == 3)) ? other : c.lead;
         }
         return e.d;
     }
@@ -203,8 +217,9 @@ public:
         if (!m.timed || m.method > 1 || !(seconds >= 0) || m.key.bytes <= 0) return false;
         std::unique_lock lock(mutex_);
         auto it = cache_.find(m.key);
-        if (it == cache_.end() || it->second.cls == nullptr || it->second.cls->measured) return false;
+        if (it == cache_.end() || it->second.cls == nullptr || it->second.cls->settled) return false;
         layout_class& c = *it->second.cls;
+        if (m.look != c.look) return false;  // handed out in the first look, back after its verdict
         if (c.recorded >= c.times.size()) return false;
         c.times[c.recorded] = {seconds / static_cast<double>(m.key.bytes), m.method};
         ++c.recorded;
@@ -220,10 +235,11 @@ public:
             if (a.method == b.method || !(a.seconds > 0) || !(b.seconds > 0)) continue;
             ratios[n++] = a.method == 1 ? a.seconds / b.seconds : b.seconds / a.seconds;
         }
-        const std::uint8_t model = c.model_choice;
-        // At once where the first pair shows the model's choice at least measure_clear times faster.
+        const std::uint8_t lead = c.lead;
+        // At once where the first pair shows the look's lead (the model's choice, then the first
+        // verdict) at least measure_clear times faster.
         const bool clear = n == 1 && c.recorded == 2 &&
-                           (model == 1 ? ratios[0] * measure_clear <= 1 : ratios[0] >= measure_clear);
+                           (lead == 1 ? ratios[0] * measure_clear <= 1 : ratios[0] >= measure_clear);
         if (!clear && c.recorded < c.times.size()) return false;
         std::array<std::vector<double>, 2> per;
         for (std::size_t i = 0; i < c.recorded; ++i) per[c.times[i].method].push_back(c.times[i].seconds);
@@ -233,8 +249,17 @@ public:
         const double ratio = n > 0 ? median_of({ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(n)})
                              : c.per_byte_s[0] > 0 ? c.per_byte_s[1] / c.per_byte_s[0]
                                                    : 1;
-        c.measured = true;
         c.chosen = c.per_byte_s[1] > 0 && ratio < 1 - measure_margin ? 1 : 0;
+        // Final after the second look, after a clear first pair, or after a wide first verdict;
+        // else the second look comes recheck_after calls on, led by this verdict.
+        c.settled = c.measured || clear || !(ratio * measure_clear > 1 && ratio < measure_clear);
+        c.measured = true;
+        if (!c.settled) {
+            c.lead = c.chosen;
+            c.look = 1;
+            c.issued = -recheck_after;
+            c.recorded = 0;
+        }
         adopt(it->second.d, c, m.key.bytes);  // the others of the class on their next call
         return true;
     }
@@ -329,14 +354,17 @@ private:
                            static_cast<std::uint32_t>(k.size), k.op);
         }
     };
-    /// A class of layouts measured together: calls handed out, the timed calls recorded in
-    /// order (seconds per byte), and the verdict.
+    /// A class of layouts measured together: the look's lead method, calls handed out in the
+    /// look, its timed calls recorded in order (seconds per byte), and the verdict.
     struct layout_class {
-        std::uint8_t model_choice = 0;  // of the key that started the class
-        int issued = 0;
+        std::uint8_t lead = 0;  // the first look's: the model's choice for the key that started
+                                // the class; the second look's: the first verdict
+        std::uint8_t look = 0;  // 0: the first look; 1: the second
+        int issued = 0;         // negative while waiting for the second look
         std::array<timed_run, 2 * measure_trials> times{};
         std::size_t recorded = 0;
-        bool measured = false;
+        bool measured = false;  // a verdict holds (the first look's, or the final one)
+        bool settled = false;   // the final verdict: nothing more is measured
         std::uint8_t chosen = 0;
         std::array<double, 2> per_byte_s{};  // each method's median seconds per byte
     };
@@ -355,14 +383,15 @@ private:
         auto c = classes_.find(ck);
         if (c == classes_.end() && create && worth_measuring(d) && classes_.size() < max_classes) {
             c = classes_.try_emplace(ck).first;
-            c->second.model_choice = d.chosen;
+            c->second.lead = d.chosen;
         }
         return c == classes_.end() ? nullptr : &c->second;
     }
-    /// A decision of a key of class `c`, `bytes` long: measuring until the class has a verdict, then
-    /// the verdict, with each method's measured time scaled to these bytes.
+    /// A decision of a key of class `c`, `bytes` long: measuring until the class is settled (and
+    /// so cached by no caller), the verdict once it has one, with each method's measured time
+    /// scaled to these bytes.
     static void adopt(plan_decision& d, const layout_class& c, std::int64_t bytes) {
-        d.measuring = !c.measured;
+        d.measuring = !c.settled;
         if (!c.measured) return;
         d.measured = true;
         d.chosen = c.chosen;
