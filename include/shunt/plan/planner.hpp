@@ -199,7 +199,7 @@ public:
             layout_class& c = *e.cls;
             measure->measuring = true;
             measure->key = k;
-            measure->look = c.look;
+            measure->look = c.look();
             const std::uint8_t other = c.lead == 0 ? 1 : 0;
             // The look's calls before this one, less the two warm-ups (below -2: waiting for the
             // second look, running the first verdict untimed).
@@ -219,7 +219,7 @@ public:
         auto it = cache_.find(m.key);
         if (it == cache_.end() || it->second.cls == nullptr || it->second.cls->settled) return false;
         layout_class& c = *it->second.cls;
-        if (m.look != c.look) return false;  // handed out in the first look, back after its verdict
+        if (m.look != c.look()) return false;  // handed out in the first look, back after its verdict
         if (c.recorded >= c.times.size()) return false;
         c.times[c.recorded] = {seconds / static_cast<double>(m.key.bytes), m.method};
         ++c.recorded;
@@ -256,7 +256,6 @@ public:
         c.measured = true;
         if (!c.settled) {
             c.lead = c.chosen;
-            c.look = 1;
             c.issued = -recheck_after;
             c.recorded = 0;
         }
@@ -359,7 +358,6 @@ private:
     struct layout_class {
         std::uint8_t lead = 0;  // the first look's: the model's choice for the key that started
                                 // the class; the second look's: the first verdict
-        std::uint8_t look = 0;  // 0: the first look; 1: the second
         int issued = 0;         // negative while waiting for the second look
         std::array<timed_run, 2 * measure_trials> times{};
         std::size_t recorded = 0;
@@ -367,6 +365,8 @@ private:
         bool settled = false;   // the final verdict: nothing more is measured
         std::uint8_t chosen = 0;
         std::array<double, 2> per_byte_s{};  // each method's median seconds per byte
+        /// The look under way until settled: the first (0) before any verdict, then the second (1).
+        std::uint8_t look() const { return measured ? 1 : 0; }
     };
     struct entry {
         plan_decision d;
