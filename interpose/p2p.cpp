@@ -374,7 +374,7 @@ bool runtime::host_run(const void* buf, int count, MPI_Datatype type, int peer) 
         const type_info* t = memo_.find(type);
         std::int64_t bytes = 0;
         return t != nullptr && !__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes) && bytes > 0 &&
-               bytes <= INT_MAX && t->form.is_dense(t->extent, count);
+               bytes <= INT_MAX && t->dense(count);
     } catch (...) {
         return false;  // plan_p2p decides, and reports
     }
@@ -396,7 +396,7 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
         if (__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes) || bytes > INT_MAX)
             return pass_reason::too_large;
         if (bytes == 0) return pass_reason::empty;
-        const bool dense = t->form.is_dense(t->extent, count);
+        const bool dense = t->dense(count);
         if (!device) {
             if (dense) return pass_reason::contiguous;
             if (cfg_.pack == pack_choice::library) return pass_reason::forced;
