@@ -501,3 +501,56 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
     }
     shunt::detail::masked_blocks_allowed = true;
 }
+
+TEST_CASE("host packer: irregular blocks and odd-length long rows touch their own bytes only") {
+    // Block lists move each block by one masked move (up to 64 bytes) or by copy_wide (whole
+    // vectors and a masked tail). Blocks of 1-300 bytes (lengths that are no multiple of 64) at
+    // irregular gaps, and rows of 65-200 bytes, with and without the AVX-512 paths: the typed
+    // buffer and the packed stream end where a guard page begins, and the gaps must keep their
+    // bytes after an unpack.
+    constexpr std::byte gap{0x5a};
+    std::uint64_t seed = 12345;
+    const auto next = [&](std::int64_t n) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        return static_cast<std::int64_t>((seed >> 33) % static_cast<std::uint64_t>(n));
+    };
+    std::vector<layout> forms;
+    for (int list = 0; list < 8; ++list) {
+        std::vector<block> blocks;
+        std::int64_t at = 0;
+        for (int i = 0; i < 60; ++i) {
+            const std::int64_t len = 1 + next(300);
+            blocks.push_back({at, len});
+            at += len + 1 + next(40);
+        }
+        forms.push_back(layout{{}, blocks});
+    }
+    for (const std::int64_t len : {65, 100, 127, 129, 200}) forms.push_back(shunt::make_hvector(50, len, len + 7, byte_form, 1));
+    for (const bool masked : {true, false}) {
+        shunt::detail::masked_blocks_allowed = masked;
+        for (std::size_t f = 0; f < forms.size(); ++f) {
+            CAPTURE(masked);
+            CAPTURE(f);
+            const auto flat = shunt::flatten(forms[f]);
+            const std::int64_t span = flat.back().offset + flat.back().length;
+            std::vector<std::byte> source(static_cast<std::size_t>(span)), expect, inside(source.size(), std::byte{0});
+            for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>((i * 131) >> 3);
+            for (const auto& b : flat) {
+                expect.insert(expect.end(), source.begin() + b.offset, source.begin() + b.offset + b.length);
+                std::fill(inside.begin() + b.offset, inside.begin() + b.offset + b.length, std::byte{1});
+            }
+            const auto size = static_cast<std::int64_t>(expect.size());
+            guarded typed(source.size()), packed(expect.size());
+            std::memcpy(typed.data, source.data(), source.size());
+            CHECK(shunt::pack_host(forms[f], span, 1, typed.data, packed.data) == size);
+            CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
+            std::memset(typed.data, static_cast<int>(gap), source.size());
+            CHECK(shunt::unpack_host(forms[f], span, 1, packed.data, typed.data) == size);
+            std::int64_t wrong = 0;
+            for (std::size_t i = 0; i < source.size(); ++i)
+                wrong += typed.data[i] != (inside[i] == std::byte{1} ? source[i] : gap);
+            CHECK(wrong == 0);
+        }
+    }
+    shunt::detail::masked_blocks_allowed = true;
+}
