@@ -3,6 +3,7 @@
 #include <shunt/config.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
+#include <shunt/pack/host.hpp>
 #include <shunt/plan/collective.hpp>
 #include <shunt/plan/planner.hpp>
 #include <shunt/topology/topology.hpp>
@@ -257,6 +258,11 @@ int explain(int argc, char** argv) {
         std::printf("  %-8.*s predicted %10.3f us%s\n", static_cast<int>(d.alternatives[i].method.size()),
                     d.alternatives[i].method.data(), d.alternatives[i].predicted_s * 1e6,
                     i == d.chosen ? (d.forced ? "   <- chosen (forced by SHUNT_PACK)" : "   <- chosen") : "");
+    if (block >= 64 && !t.dense(1))
+        std::printf("  shunt's packer %s rows non-temporally here (streaming stores: from %lld MiB written in\n"
+                    "  a call on this machine, 3/4 of a CPU's share of the L3, at least 16 MiB)\n",
+                    shunt::detail::pack_program(t.form, t.extent, 1).stream_stores() ? "stores" : "does not store",
+                    static_cast<long long>(shunt::detail::stream_store_bytes() >> 20));
     const bool dense = t.dense(1) && shunt::config().pack != shunt::pack_choice::library;
     if (dense)  // as runtime::prepare: one run of bytes is one memcpy, with nothing to decide
         std::printf("  one contiguous run: preloaded, MPI_%s makes it one memcpy (as the library does), without\n"

@@ -318,6 +318,16 @@ def check_tools(args):
     expect(p.returncode == 0 and re.search(r"^allreduce of 1048576 bytes on MPI_COMM_WORLD, shape p1", p.stdout, re.M) and
            re.search(r"^  library\s+predicted\s+[0-9.]+ us", p.stdout, re.M) and
            re.search(r"^  hierarchical\s+predicted\s+[0-9.]+ us", p.stdout, re.M), "shunt-info --explain allreduce", p, c)
+    # Rows of 64 B or more: whether shunt's packer would stream them, against this machine's
+    # threshold (at least 16 MiB): 64 KiB never does, 1 GiB of output always passes any threshold
+    # below it.
+    for size, verb in (("65536", "does not store"), ("1073741824", "stores")):
+        p, c = tool([info, "--explain", "unpack", size, "256"])
+        m = re.search(r"^  shunt's packer (does not store|stores) rows non-temporally here \(streaming stores: from (\d+) MiB",
+                      p.stdout, re.M)
+        expect(p.returncode == 0 and m and int(m.group(2)) >= 16 and
+               m.group(1) == (verb if int(m.group(2)) < 1024 else "does not store"),
+               f"shunt-info --explain unpack {size} 256 must say whether the rows stream", p, c)
     p, c = tool([info, "--explain", "allreduce", "-5"])
     expect(p.returncode == 2 and p.stdout == "", "shunt-info --explain with a bad size must fail with usage", p, c)
 

@@ -414,12 +414,25 @@ TEST_CASE("host packer: a decoded type's overloads give the layout overloads' by
     CHECK(shunt::pack_host(none, 4, typed.data(), out) == 0);
 }
 
+TEST_CASE("host packer: the streaming-store threshold follows the last-level cache") {
+    using shunt::detail::stream_store_threshold;
+    constexpr std::int64_t mib = std::int64_t{1} << 20;
+    CHECK(stream_store_threshold(480 * mib, 2) == 180 * mib);   // the development machine
+    CHECK(stream_store_threshold(32 * mib, 32) == 16 * mib);    // a small share: the floor
+    CHECK(stream_store_threshold(256 * mib, 8) == 24 * mib);
+    CHECK(stream_store_threshold(0, 8) == 16 * mib);            // unknown: the floor
+    CHECK(stream_store_threshold(256 * mib, -1) == 16 * mib);
+    CHECK(shunt::detail::stream_store_bytes() >= 16 * mib);
+}
+
 TEST_CASE("host packer: long rows written past stream_store_bytes go through streaming stores") {
-    // 1000-byte rows 1096 bytes apart: 17000 rows write 17 MB in one call, past
-    // stream_store_bytes, over a span past streaming_bytes; row starts fall at every 8-byte
-    // offset within a cache line, so copy_wide<true>'s masked head and tail are exercised.
-    constexpr std::int64_t len = 1000, stride = 1096, rows = 17000;
-    static_assert(rows * len >= shunt::detail::pack_program::stream_store_bytes);
+    // 1000-byte rows 1096 bytes apart: 17000 rows write 17 MB in one call, past a threshold of
+    // 16 MiB (set here: this machine's own may be far higher), over a span past streaming_bytes;
+    // row starts fall at every 8-byte offset within a cache line, so copy_wide<true>'s masked
+    // head and tail are exercised.
+    constexpr std::int64_t len = 1000, stride = 1096, rows = 17000, threshold = std::int64_t{16} << 20;
+    static_assert(rows * len >= threshold);
+    shunt::detail::stream_store_bytes_override = threshold;
     const strided_rows c(len, stride, rows);
     REQUIRE(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores());
     // The same rows in a call that writes less stay in the cache.
@@ -433,6 +446,10 @@ TEST_CASE("host packer: long rows written past stream_store_bytes go through str
     std::vector<std::byte> back(c.typed.size(), strided_rows::gap);
     CHECK(shunt::unpack_host(c.form, c.extent, 1, packed.data() + 1, back.data()) == rows * len);
     CHECK(c.wrong_after_unpack(back) == 0);
+    shunt::detail::stream_store_bytes_override = 0;
+    // Past the override, the machine's own threshold: 17 MB streams only where it is 16 MiB.
+    CHECK(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores() ==
+          (rows * len >= shunt::detail::stream_store_bytes()));
 }
 
 namespace {

@@ -16,12 +16,48 @@
 #include <type_traits>
 #include <vector>
 
+#include <unistd.h>
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
 
 namespace shunt {
 namespace detail {
+
+/// The bytes one call writes from which streaming stores beat cached ones, for a last-level
+/// cache of `llc` bytes shared by `cpus` CPUs (either 0 where unknown): three quarters of one
+/// CPU's share of that cache, as glibc 2.36 sets its memcpy's non-temporal threshold, and at
+/// least 16 MiB. Streaming stores skip reading each written line first and leave the cache to
+/// other data, but whoever reads the bytes next reads them from memory. Output that still fits
+/// a CPU's share of the cache is better left there: on the development machine (480 MiB L3,
+/// 2 CPUs, so 180 MiB here) 16 MiB objects of 64-512 B rows 2-4 times their length apart, in a
+/// loop of their own, unpacked 1.23-1.5x faster with streaming stores and packed 0.89-1.0x as
+/// fast, but a call followed by a read of what it wrote took 1.32-1.83x longer with them.
+constexpr std::int64_t stream_store_threshold(std::int64_t llc, std::int64_t cpus) {
+    constexpr std::int64_t floor = std::int64_t{16} << 20;
+    if (llc <= 0 || cpus <= 0) return floor;
+    return std::max(floor, llc / cpus / 4 * 3);
+}
+
+/// Set by tests (> 0) to stand in for stream_store_bytes(): streaming stores on this machine
+/// need hundreds of MiB of output otherwise.
+inline std::atomic<std::int64_t> stream_store_bytes_override{0};
+
+/// stream_store_threshold for this machine (the L3 size and the CPUs online, from sysconf, read
+/// once), or the tests' override.
+inline std::int64_t stream_store_bytes() {
+    const std::int64_t forced = stream_store_bytes_override.load(std::memory_order_relaxed);
+    if (forced > 0) return forced;
+    static const std::int64_t bytes = [] {
+#ifdef _SC_LEVEL3_CACHE_SIZE
+        return stream_store_threshold(sysconf(_SC_LEVEL3_CACHE_SIZE), sysconf(_SC_NPROCESSORS_ONLN));
+#else
+        return stream_store_threshold(0, 0);
+#endif
+    }();
+    return bytes;
+}
 
 /// One level of a pack program: `count` iterations `stride` bytes apart in the typed buffer,
 /// each producing `inner` packed bytes.
@@ -79,7 +115,7 @@ public:
                                           : static_cast<double>(levels_[0].count) *
                                                 std::fabs(static_cast<double>(levels_[0].stride));
         streaming_ = span >= static_cast<double>(streaming_bytes);
-        stream_stores_ = streaming_ && total_ >= stream_store_bytes;
+        stream_stores_ = streaming_ && total_ >= stream_store_bytes();
     }
     pack_program(const pack_program&) = delete;
     pack_program& operator=(const pack_program&) = delete;
@@ -90,18 +126,15 @@ public:
     const block* blocks() const { return blocks_; }
     std::size_t nblocks() const { return nblocks_; }
     std::int64_t block_bytes() const { return block_bytes_; }
-    /// True when one pass sweeps more typed memory than a last-level cache holds (half of this
-    /// machine's 32 MiB L3): long rows then go through rows_libc.
+    /// True when one pass sweeps 16 MiB of typed memory or more (half of a 32 MiB L3): long rows
+    /// then go through rows_libc.
     bool streaming() const { return streaming_; }
     static constexpr std::int64_t streaming_bytes = std::int64_t{16} << 20;
-    /// True when, besides streaming, one call writes so many bytes (stream_store_bytes, 8 times
-    /// an L2 and a good share of any L3) that they would only push other data out of the caches
-    /// on their way to memory: rows of a cache line or more are then stored non-temporally
-    /// (rows_wide with Stream). In bench-pack's 16 MiB vectors of 64-512 B rows that packed
-    /// 1.3-3.6x and unpacked 3-5.6x faster than the cached stores (it avoids reading each
-    /// written line first); shorter rows would stream partial lines, which is slower.
+    /// True when, besides streaming, one call writes at least stream_store_bytes(): rows of a
+    /// cache line or more are then stored non-temporally (rows_wide with Stream), as glibc's
+    /// memcpy does for copies past its own threshold. Shorter rows would stream partial lines,
+    /// which is slower.
     bool stream_stores() const { return stream_stores_; }
-    static constexpr std::int64_t stream_store_bytes = std::int64_t{16} << 20;
 
 private:
     static constexpr std::size_t inline_levels = 12;
