@@ -273,7 +273,7 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
                  number_cell((static_cast<double>(size) / shunt_s) / (static_cast<double>(true_extent) / span_s), 2)});
     };
     // Timed, the library, shunt and the library again each write their own output buffer. One
-    // shared buffer let shunt's streaming stores (16 MiB and more) leave it in memory rather than
+    // shared buffer let shunt's streaming stores (then from a fixed 16 MiB) leave it in memory rather than
     // in cache for the library's next call: unpacking 16 MiB in 64-512 B rows at twice their
     // length, a loop of library calls ran 1.4-2.0 ms a call, each library call after one of
     // shunt's 3.8-5.1 ms, and the rows showed shunt 2.2-2.5x faster where it is 1.15-1.25x.
