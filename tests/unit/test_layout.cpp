@@ -344,6 +344,45 @@ TEST_CASE("host packer: rows that stream from memory pack and unpack like rows i
     CHECK(c.wrong_after_unpack(back) == 0);
 }
 
+TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters like the plain loop") {
+    using shunt::detail::prefetch_batch;
+    using shunt::detail::prefetch_pays;
+    constexpr std::int64_t mib = std::int64_t{1} << 20;
+    CHECK(prefetch_pays(256, 4096, 200, false));         // 1 MiB of rows a line or more apart
+    CHECK_FALSE(prefetch_pays(256, 4095, 200, false));   // a span under 1 MiB: cached
+    CHECK_FALSE(prefetch_pays(256, 4096, 200, true));    // streaming stores read nothing first
+    CHECK_FALSE(prefetch_pays(32, mib, 16, false));      // rows sharing lines: the hardware's
+    CHECK_FALSE(prefetch_pays(128, mib, 128, false));    // no gaps: one sequential run
+    // Row counts that leave a partial last batch and a last batch shorter than the prefetch
+    // distance, rows from 1 byte to several lines at odd strides (row starts at every offset in
+    // a line): each row lands in place and the gaps keep their bytes.
+    struct shape { std::int64_t len, stride, rows; };
+    for (const shape sh : {shape{1, 64, 20000}, shape{8, 512, 2 * prefetch_batch * 1000 + 3},
+                           shape{63, 130, 9000}, shape{200, 264, 4000 + prefetch_batch + 1},
+                           shape{1000, 1096, 1000}, shape{64, 128, 8192}}) {
+        CAPTURE(sh.len);
+        CAPTURE(sh.stride);
+        CAPTURE(sh.rows);
+        REQUIRE(prefetch_pays(sh.stride, sh.rows, sh.len, false));
+        const strided_rows c(sh.len, sh.stride, sh.rows);
+        REQUIRE_FALSE(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores());
+        std::vector<std::byte> back(c.typed.size(), strided_rows::gap);
+        CHECK(shunt::unpack_host(c.form, c.extent, 1, c.expect.data(), back.data()) == sh.rows * sh.len);
+        CHECK(c.wrong_after_unpack(back) == 0);
+        // A window that starts and ends inside rows touches only its own bytes.
+        std::vector<std::byte> part(c.typed.size(), strided_rows::gap);
+        const std::int64_t lo = sh.len * 37 + sh.len / 2, n = sh.len * (prefetch_batch * 5 + 3);
+        CHECK(shunt::unpack_host(c.form, c.extent, 1, c.expect.data() + lo, part.data(), lo, n) == n);
+        std::int64_t wrong = 0;
+        for (std::int64_t i = 0; i < c.extent; ++i) {
+            const std::int64_t row = i / sh.stride, in = i % sh.stride, at = row * sh.len + in;
+            const bool mine = in < sh.len && at >= lo && at < lo + n;
+            wrong += part[static_cast<std::size_t>(i)] != (mine ? c.typed[static_cast<std::size_t>(i)] : strided_rows::gap);
+        }
+        CHECK(wrong == 0);
+    }
+}
+
 TEST_CASE("host packer: short rows in cache lines of their own gather like the inline loop") {
     // 3-byte rows 640 bytes apart: 16384 rows sweep 10 MiB, within sparse_gather's range, so
     // packing calls the C library's memcpy per row; and a window starting and ending inside rows.

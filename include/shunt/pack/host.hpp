@@ -559,8 +559,8 @@ inline bool window_pays(std::int64_t stride, std::int64_t len) {
 /// n strided rows of one block length: the hot loop of 2-D and N-D layouts, dispatched to a
 /// loop whose copy the compiler turns into plain moves.
 template <bool Pack>
-inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
-                 bool streaming, bool stream_stores) {
+inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
+                        bool streaming, bool stream_stores) {
     // Packing tiny aligned blocks where rows_lanes does not apply (no AVX-512, or fewer rows than
     // two of its groups): the compiler's vectorised gather beats the window compress.
     const auto tiny = [&] {
@@ -603,6 +603,57 @@ inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::
         case 256: return rows_fixed<Pack, 256>(typed, packed, stride, n);
         default: return rows_any<Pack>(typed, packed, stride, n, len);
     }
+}
+
+/// Rows written per batch of rows_prefetched, which prefetches the batch after the one it writes.
+/// 16 ran 1.05-1.5x faster than 8 on 1 MiB objects of 16-64-byte rows, and as fast on longer rows
+/// and in 16 MiB objects.
+inline constexpr std::int64_t prefetch_batch = 16;
+
+/// True where unpacking strided rows pays for prefetching the typed rows a batch ahead: rows at
+/// least a cache line apart (each row starts a line of its own, which the hardware prefetchers,
+/// tracking sequential lines, do not fetch ahead) over a typed span of 1 MiB or more (beyond half
+/// of the development machine's 2 MiB L2, where each written line waits for its read for
+/// ownership from the L3 or memory), written with ordinary stores. In a loop of memcpy calls per
+/// row, 8-512-byte rows 128 B-2 KiB apart unpacked 1.5-3x faster with the lines of the rows 8
+/// ahead prefetched (16 MiB of 256 B rows 1 KiB apart, the output out of the caches: 5.1 against
+/// 9.5 GB/s, as fast as streaming stores, which leave the rows out of the cache); packing, whose
+/// strided side is only read, gained nothing.
+inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len, bool stream_stores) {
+    constexpr double span_from = double(std::int64_t{1} << 20);
+    return !stream_stores && stride >= 64 && stride > len && n > 2 * prefetch_batch &&
+           static_cast<double>(n) * static_cast<double>(stride) >= span_from;
+}
+
+/// Brings the lines of one typed row toward the core ahead of its copy.
+inline void prefetch_row(const std::byte* row, std::int64_t len) {
+    const auto first = reinterpret_cast<std::uintptr_t>(row) & ~std::uintptr_t{63};
+    const auto end = reinterpret_cast<std::uintptr_t>(row) + static_cast<std::uintptr_t>(len);
+    for (std::uintptr_t line = first; line < end; line += 64) __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 3);
+}
+
+/// rows_direct in batches of prefetch_batch rows, each batch copied after the lines of the next
+/// one are prefetched.
+template <bool Pack>
+inline void rows_prefetched(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
+                            std::int64_t len, bool streaming) {
+    for (std::int64_t j = 0; j < prefetch_batch; ++j) prefetch_row(typed + j * stride, len);
+    for (std::int64_t i = 0; i < n; i += prefetch_batch) {
+        const std::int64_t ahead = std::min(n, i + 2 * prefetch_batch);
+        for (std::int64_t j = i + prefetch_batch; j < ahead; ++j) prefetch_row(typed + j * stride, len);
+        rows_direct<Pack>(typed + i * stride, packed + i * len, stride, std::min(prefetch_batch, n - i), len,
+                          streaming, false);
+    }
+}
+
+/// n strided rows of one block length: rows_direct, unpacking a batch ahead of prefetches where
+/// prefetch_pays.
+template <bool Pack>
+inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
+                 bool streaming, bool stream_stores) {
+    if (!Pack && prefetch_pays(stride, n, len, stream_stores))
+        return rows_prefetched<Pack>(typed, packed, stride, n, len, streaming);
+    rows_direct<Pack>(typed, packed, stride, n, len, streaming, stream_stores);
 }
 
 /// Packed bytes [lo, hi) of one pass over the block list at typed base `base`.
