@@ -355,11 +355,12 @@ TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters 
     CHECK_FALSE(prefetch_pays(128, mib, 128, false));    // no gaps: one sequential run
     // Row counts that leave a partial last batch and a last batch shorter than the prefetch
     // distance, rows from 1 byte to several lines at odd strides (row starts at every offset in
-    // a line): each row lands in place and the gaps keep their bytes.
+    // a line; rows past the 1 KiB that is prefetched): each row lands in place and the gaps keep
+    // their bytes.
     struct shape { std::int64_t len, stride, rows; };
     for (const shape sh : {shape{1, 64, 20000}, shape{8, 512, 2 * prefetch_batch * 1000 + 3},
                            shape{63, 130, 9000}, shape{200, 264, 4000 + prefetch_batch + 1},
-                           shape{1000, 1096, 1000}, shape{64, 128, 8192}}) {
+                           shape{1000, 1096, 1000}, shape{3000, 3100, 400}, shape{64, 128, 8192}}) {
         CAPTURE(sh.len);
         CAPTURE(sh.stride);
         CAPTURE(sh.rows);
@@ -560,7 +561,8 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
 
 TEST_CASE("host packer: irregular blocks and odd-length long rows touch their own bytes only") {
     // Block lists move each block by one masked move (up to 64 bytes) or by copy_wide (whole
-    // vectors and a masked tail). Blocks of 1-300 bytes (lengths that are no multiple of 64) at
+    // vectors and a masked tail), unpacking far-apart blocks after prefetching the lines of the
+    // block 16 ahead. Blocks of 1-300 bytes (and 1-700 bytes 256 or more apart) (lengths that are no multiple of 64) at
     // irregular gaps, and rows of 65-200 bytes, with and without the AVX-512 paths: the typed
     // buffer and the packed stream end where a guard page begins, and the gaps must keep their
     // bytes after an unpack.
@@ -581,6 +583,20 @@ TEST_CASE("host packer: irregular blocks and odd-length long rows touch their ow
         }
         forms.push_back(layout{{}, blocks});
     }
+    // Lists whose blocks lie 256 bytes or more apart on average, so that unpacking prefetches the
+    // blocks 16 ahead of the copy (blocks_masked's Ahead).
+    for (int list = 0; list < 3; ++list) {
+        std::vector<block> blocks;
+        std::int64_t at = next(64);
+        for (int i = 0; i < 100 + list * 37; ++i) {
+            const std::int64_t len = 1 + next(700);
+            blocks.push_back({at, len});
+            at += len + 256 + next(600);
+        }
+        REQUIRE(shunt::detail::prefetch_blocks_pay(blocks.data(), blocks.size()));
+        forms.push_back(layout{{}, blocks});
+    }
+    REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(forms[0].blocks.data(), forms[0].blocks.size()));
     for (const std::int64_t len : {65, 100, 127, 129, 200}) forms.push_back(shunt::make_hvector(50, len, len + 7, byte_form, 1));
     for (const bool masked : {true, false}) {
         shunt::detail::masked_blocks_allowed = masked;
