@@ -619,7 +619,7 @@ inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride
 }
 
 /// Rows written per batch of rows_prefetched, which prefetches the batch after the one it writes.
-/// 16 ran 1.05-1.5x faster than 8 on 1 MiB objects of 16-64-byte rows, and as fast on longer rows
+/// 16 ran 1.03-1.6x faster than 8 on 1 MiB objects of 16-64-byte rows, and as fast on longer rows
 /// and in 16 MiB objects.
 inline constexpr std::int64_t prefetch_batch = 16;
 
