@@ -562,8 +562,9 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
 TEST_CASE("host packer: irregular blocks and odd-length long rows touch their own bytes only") {
     // Block lists move each block by one masked move (up to 64 bytes) or by copy_wide (whole
     // vectors and a masked tail), unpacking far-apart blocks after prefetching the lines of the
-    // block 16 ahead. Blocks of 1-300 bytes (and 1-700 bytes 256 or more apart) (lengths that are no multiple of 64) at
-    // irregular gaps, and rows of 65-200 bytes, with and without the AVX-512 paths: the typed
+    // block 16 ahead. Blocks of 1-300 bytes at gaps of 1-40, blocks of 1-700 bytes at gaps of
+    // 256-855 (lengths mostly no multiple of 64), and rows of 65-200 bytes, with and without the
+    // AVX-512 paths: the typed
     // buffer and the packed stream end where a guard page begins, and the gaps must keep their
     // bytes after an unpack.
     constexpr std::byte gap{0x5a};
@@ -596,7 +597,15 @@ TEST_CASE("host packer: irregular blocks and odd-length long rows touch their ow
         REQUIRE(shunt::detail::prefetch_blocks_pay(blocks.data(), blocks.size()));
         forms.push_back(layout{{}, blocks});
     }
+    // The first lists (under 64 blocks) do not prefetch, nor would two of them end to end (blocks
+    // about 170 bytes apart), nor the far-apart lists' first 63 blocks.
     REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(forms[0].blocks.data(), forms[0].blocks.size()));
+    std::vector<block> close = forms[0].blocks;
+    const std::int64_t after = close.back().offset + close.back().length + 1;
+    for (const block& b : forms[1].blocks) close.push_back({after + b.offset, b.length});
+    REQUIRE(close.size() >= 64);
+    REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(close.data(), close.size()));
+    REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(forms[8].blocks.data(), 63));
     for (const std::int64_t len : {65, 100, 127, 129, 200}) forms.push_back(shunt::make_hvector(50, len, len + 7, byte_form, 1));
     for (const bool masked : {true, false}) {
         shunt::detail::masked_blocks_allowed = masked;
