@@ -292,12 +292,15 @@ inline void prefetch_row(const std::byte* row, std::int64_t len) {
     for (std::uintptr_t line = first; line < end; line += 64) __builtin_prefetch(reinterpret_cast<const void*>(line), 1, 3);
 }
 
+/// How many blocks ahead of its move blocks_masked with Ahead prefetches a block.
+inline constexpr std::size_t prefetch_blocks_ahead = 16;
+
 /// A block list with AVX-512 byte-masked moves: a block of up to 64 bytes is one masked load and
 /// one masked store, whatever its length, so irregular lengths cost no mispredicted branch
 /// (copy_small's length tests mispredict on every irregular block: about 5 ns a block once the
 /// list outgrows what the branch predictor can learn, 0.7 ns this way). Masked-off bytes are
 /// neither read (no fault past a buffer's end) nor written (bytes between blocks untouched).
-/// With Ahead, each block's move follows a prefetch of the block 16 further on.
+/// With Ahead, each block's move follows a prefetch of the block prefetch_blocks_ahead further on.
 template <bool Pack, bool Ahead = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* blocks_masked(const block* b, std::size_t n,
                                                                                   std::uintptr_t base,
@@ -306,7 +309,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* bloc
         const std::int64_t len = b[i].length;
         std::byte* typed = at(base, b[i].offset);
         if constexpr (Ahead) {
-            if (i + 16 < n) prefetch_row(at(base, b[i + 16].offset), b[i + 16].length);
+            if (const std::size_t k = i + prefetch_blocks_ahead; k < n) prefetch_row(at(base, b[k].offset), b[k].length);
         }
         if (len <= 16) {
             const auto m = static_cast<__mmask16>(_bzhi_u32(0xffffu, static_cast<unsigned>(len)));
@@ -638,10 +641,10 @@ inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len,
            static_cast<double>(n) * static_cast<double>(stride) >= span_from;
 }
 
-/// True where unpacking a block list pays for prefetching the lines of the block 16 ahead of
-/// each copy (blocks_masked with Ahead): 64 blocks or more, on average 256 bytes or more apart
-/// from the first to the last (the lines of one block are seldom next to the previous one's).
-/// In bench-pack's irregular 512-byte blocks (gaps of 1 B-1 KiB), unpacking ran 1.7x faster in
+/// True where unpacking a block list pays for prefetching the lines of the block
+/// prefetch_blocks_ahead ahead of each copy (blocks_masked with Ahead): 64 blocks or more, on
+/// average 256 bytes or more apart from the first to the last (the lines of one block are seldom
+/// next to the previous one's). In bench-pack's irregular 512-byte blocks (gaps of 1 B-1 KiB), unpacking ran 1.7x faster in
 /// 16 MiB (5.5 against 9.2-9.6 GB/s), 1.17x in 1 MiB, and 1.0-1.2x in 64 KiB; blocks of 8 and
 /// 64 bytes (16 and 128 bytes apart), which the hardware fetches in sequence, lost up to a third
 /// of their speed to the extra work when this was applied to them.
@@ -656,7 +659,7 @@ inline bool prefetch_blocks_pay(const block* b, std::size_t n) {
 template <bool Pack>
 inline void rows_prefetched(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
                             std::int64_t len, bool streaming) {
-    for (std::int64_t j = 0; j < prefetch_batch; ++j) prefetch_row(typed + j * stride, len);
+    for (std::int64_t j = 0; j < std::min(n, prefetch_batch); ++j) prefetch_row(typed + j * stride, len);
     for (std::int64_t i = 0; i < n; i += prefetch_batch) {
         const std::int64_t ahead = std::min(n, i + 2 * prefetch_batch);
         for (std::int64_t j = i + prefetch_batch; j < ahead; ++j) prefetch_row(typed + j * stride, len);
