@@ -77,6 +77,19 @@ inline std::int64_t block_bytes_of(const layout& form, std::int64_t element_size
     return per;
 }
 
+/// True where unpacking a block list pays for prefetching the lines of the block
+/// prefetch_blocks_ahead ahead of each copy (blocks_masked with Ahead): 64 blocks or more, on
+/// average 256 bytes or more apart from the first to the last (the lines of one block are seldom
+/// next to the previous one's). In bench-pack's irregular 512-byte blocks (gaps of 1 B-1 KiB), unpacking ran 1.7x faster in
+/// 16 MiB (5.5 against 9.2-9.6 GB/s), 1.17x in 1 MiB, and 1.0-1.2x in 64 KiB; blocks of 8 and
+/// 64 bytes (16 and 128 bytes apart), which the hardware fetches in sequence, lost up to a third
+/// of their speed to the extra work when this was applied to them.
+inline bool prefetch_blocks_pay(const block* b, std::size_t n) {
+    if (n < 64) return false;
+    const double span = std::fabs(static_cast<double>(b[n - 1].offset) - static_cast<double>(b[0].offset));
+    return span >= 256.0 * static_cast<double>(n);  // no division: every call builds a pack_program
+}
+
 /// A layout with the element count folded in as its outermost dimension, merged where the
 /// elements tile. Small programs live on the stack; deep ones spill to the heap.
 /// `element_size`, when not negative, is form.size(), known to the caller.
@@ -117,6 +130,7 @@ public:
                                                 std::fabs(static_cast<double>(levels_[0].stride));
         streaming_ = span >= static_cast<double>(streaming_bytes);
         stream_stores_ = streaming_ && total_ >= stream_store_bytes();
+        prefetch_blocks_ = prefetch_blocks_pay(blocks_, nblocks_);
     }
     pack_program(const pack_program&) = delete;
     pack_program& operator=(const pack_program&) = delete;
@@ -136,6 +150,8 @@ public:
     /// memcpy does for copies past its own threshold. Shorter rows would stream partial lines,
     /// which is slower.
     bool stream_stores() const { return stream_stores_; }
+    /// prefetch_blocks_pay for the block list, decided once rather than on every pass.
+    bool prefetch_blocks() const { return prefetch_blocks_; }
 
 private:
     static constexpr std::size_t inline_levels = 12;
@@ -150,6 +166,7 @@ private:
     std::int64_t total_;
     bool streaming_ = false;
     bool stream_stores_ = false;
+    bool prefetch_blocks_ = false;
 };
 
 inline std::byte* at(std::uintptr_t base, std::int64_t offset) {
@@ -221,6 +238,12 @@ inline std::atomic<bool> masked_blocks_allowed{true};
 /// the threshold.
 inline constexpr std::int64_t align_stores_from = 256;
 
+/// True where copy_wide aligns its stores: from align_stores_from bytes, and always with Stream.
+template <bool Stream>
+constexpr bool aligns_stores(std::int64_t n) {
+    return Stream || n >= align_stores_from;
+}
+
 /// Bytes [k, n) of copy_wide: whole 64-byte vector moves, then one masked move for the rest.
 template <bool Stream>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_vectors(std::byte* dst, const std::byte* src,
@@ -261,7 +284,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_wide(
                                                                                  std::int64_t n) {
     // Two inlined loops rather than one after a conditional head: sharing one loop slowed lists
     // of 1-127-byte blocks, which never take the head, by 3-10%.
-    if (!Stream && n < align_stores_from) return copy_vectors<Stream>(dst, src, 0, n);
+    if (!aligns_stores<Stream>(n)) return copy_vectors<Stream>(dst, src, 0, n);
     copy_aligned<Stream>(dst, src, n);
 }
 
@@ -275,7 +298,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(
     std::byte* const to = Pack ? packed : typed;
     const std::byte* const from = Pack ? typed : packed;
     const std::int64_t to_step = Pack ? len : stride, from_step = Pack ? stride : len;
-    if (!Stream && len < align_stores_from) {
+    if (!aligns_stores<Stream>(len)) {
         for (std::int64_t i = 0; i < n; ++i) copy_vectors<Stream>(to + i * to_step, from + i * from_step, 0, len);
     } else {
         for (std::int64_t i = 0; i < n; ++i) copy_aligned<Stream>(to + i * to_step, from + i * from_step, len);
@@ -484,7 +507,8 @@ inline bool window_rows_available() {
 /// it does not.
 template <bool Pack>
 inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
-    // The shape first, without a division: rows() calls this for every run of rows.
+    // The shape first, without a division: rows_direct calls this for every run of rows (and,
+    // through rows_prefetched, for every batch of them).
     if ((len != 1 && len != 2 && len != 4 && len != 8) || (stride != 2 * len && stride != 4 * len)) return false;
     if (n * len < 2 * 64 || !masked_blocks_available()) return false;
     if (!Pack && (len == 1 || (len == 2 && window_rows_available()))) return false;
@@ -669,19 +693,6 @@ inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len,
            static_cast<double>(n) * static_cast<double>(stride) >= span_from;
 }
 
-/// True where unpacking a block list pays for prefetching the lines of the block
-/// prefetch_blocks_ahead ahead of each copy (blocks_masked with Ahead): 64 blocks or more, on
-/// average 256 bytes or more apart from the first to the last (the lines of one block are seldom
-/// next to the previous one's). In bench-pack's irregular 512-byte blocks (gaps of 1 B-1 KiB), unpacking ran 1.7x faster in
-/// 16 MiB (5.5 against 9.2-9.6 GB/s), 1.17x in 1 MiB, and 1.0-1.2x in 64 KiB; blocks of 8 and
-/// 64 bytes (16 and 128 bytes apart), which the hardware fetches in sequence, lost up to a third
-/// of their speed to the extra work when this was applied to them.
-inline bool prefetch_blocks_pay(const block* b, std::size_t n) {
-    if (n < 64) return false;
-    const double span = std::fabs(static_cast<double>(b[n - 1].offset) - static_cast<double>(b[0].offset));
-    return span / static_cast<double>(n) >= 256.0;
-}
-
 /// rows_direct in batches of prefetch_batch rows, each batch copied after the lines of the next
 /// one are prefetched.
 template <bool Pack>
@@ -732,8 +743,8 @@ inline std::byte* blocks_all(const pack_program& p, std::uintptr_t base, std::by
     const std::size_t n = p.nblocks();
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
     if (n >= 4 && masked_blocks_available())
-        return !Pack && prefetch_blocks_pay(b, n) ? blocks_masked<Pack, true>(b, n, base, packed)
-                                                  : blocks_masked<Pack>(b, n, base, packed);
+        return !Pack && p.prefetch_blocks() ? blocks_masked<Pack, true>(b, n, base, packed)
+                                            : blocks_masked<Pack>(b, n, base, packed);
 #endif
     for (std::size_t i = 0; i < n; ++i) {
         move_block<Pack>(at(base, b[i].offset), packed, b[i].length);
