@@ -306,6 +306,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(
     if constexpr (Stream) _mm_sfence();
 }
 
+/// How many bytes ahead of its stores an unpack of rows packed close together (rows_window,
+/// rows_lanes) prefetches the typed lines for writing. Their masked stores write part of every
+/// line, and each line is read for ownership first: without the prefetch each store waited on
+/// that read. In bench-pack, unpacking 16 MiB of 1-8-byte rows 2 or 4 rows apart ran
+/// 1.31-1.49x faster with it (both MPI flavours; 64 KiB and 1 MiB objects 0.96-1.11x, noise). In a
+/// loop of rows_window calls on 16 MiB of 1-byte rows 2 bytes apart, with the caches flushed
+/// before each: 3.4-3.5 ms against 4.6-4.7 (256 B to 4 KiB ahead alike).
+inline constexpr std::int64_t unpack_claim_ahead = 1024;
+
 /// n rows of len bytes, `stride` bytes apart, where stride divides 64 and len < stride: each
 /// 64-byte window of the typed buffer holds 64 / stride rows, selected by one fixed byte mask.
 /// Packing compresses the masked bytes of a window into the stream, unpacking expands stream
@@ -320,11 +329,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi2"))) inline voi
     const std::int64_t per_window = 64 / stride, bytes = per_window * len;
     const auto out_mask = static_cast<__mmask64>(_bzhi_u64(~0ULL, static_cast<unsigned>(bytes)));
     const std::int64_t windows = n / per_window;
+    const std::int64_t claim_until = windows - unpack_claim_ahead / 64;  // no prefetch past the rows
     for (std::int64_t w = 0; w < windows; ++w, typed += 64, packed += bytes) {
-        if constexpr (Pack)
+        if constexpr (Pack) {
             _mm512_mask_storeu_epi8(packed, out_mask, _mm512_maskz_compress_epi8(m, _mm512_maskz_loadu_epi8(m, typed)));
-        else
+        } else {
+            if (w < claim_until) __builtin_prefetch(typed + unpack_claim_ahead, 1);
             _mm512_mask_storeu_epi8(typed, m, _mm512_maskz_expandloadu_epi8(m, packed));
+        }
     }
     for (std::int64_t i = windows * per_window; i < n; ++i, typed += stride, packed += len) {
         const auto r = static_cast<__mmask64>(row_mask);
@@ -481,11 +493,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_lanes(std::byte* 
     } else {
         std::uint64_t row_lanes = 0;
         for (int j = 0; j < idx::E; j += R) row_lanes |= std::uint64_t{1} << j;
+        const std::byte* const first = typed;
+        const std::int64_t claim_until = n / group * 64 * R - unpack_claim_ahead;  // no prefetch past the rows
         for (; i + group <= n; i += group, typed += 64 * R, packed += 64) {
             const __m512i in = _mm512_loadu_si512(packed);
             for (int r = 0; r < R; ++r) {
                 const __m512i v = permute1<L>(_mm512_load_si512(idx::spread[r].data()), in);
                 std::byte* to = typed + 64 * r;
+                if (to - first < claim_until) __builtin_prefetch(to + unpack_claim_ahead, 1);
                 if constexpr (L == 2) _mm512_mask_storeu_epi16(to, static_cast<__mmask32>(row_lanes), v);
                 else if constexpr (L == 4) _mm512_mask_storeu_epi32(to, static_cast<__mmask16>(row_lanes), v);
                 else _mm512_mask_storeu_epi64(to, static_cast<__mmask8>(row_lanes), v);
