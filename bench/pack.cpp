@@ -231,17 +231,22 @@ constexpr int settle_calls = 2 * (2 + 2 * shunt::planner::measure_trials) + shun
 /// 128 B rows 512 B apart (why, not studied).
 class traffic_bound {
 public:
-    /// `lines`: the offsets of the touched lines in the typed buffer, in address order.
-    traffic_bound(const std::vector<std::int64_t>& lines, const std::byte* typed, const std::byte* packed,
-                  std::int64_t size, std::int64_t true_extent)
-        : n_(static_cast<std::int64_t>(lines.size())), typed_(typed), packed_(packed), packed_out_(size),
-          typed_out_(true_extent) {
+    /// `marked`: a typed-size buffer whose nonzero bytes are the type's (an unpack of 0xff bytes
+    /// into zeros); the lines holding any of them are the touched lines.
+    traffic_bound(const std::byte* marked, const std::byte* typed, const std::byte* packed, std::int64_t size,
+                  std::int64_t true_extent)
+        : typed_(typed), packed_(packed), packed_out_(size), typed_out_(true_extent) {
         if (true_extent / 64 > std::numeric_limits<std::uint32_t>::max())
             throw shunt::error("bench-pack: a typed buffer of " + std::to_string(true_extent) +
                                " bytes has more lines than the bound counts");
         // Line numbers of 4 bytes: the list is read alongside the lines, and its traffic counts.
-        for (const std::int64_t at : lines) lines_.push_back(static_cast<std::uint32_t>(at / 64));
-        lines_.resize(lines.size() + prefetch_ahead, lines_.empty() ? 0 : lines_.back());
+        for (std::int64_t at = 0; at < true_extent; at += 64) {
+            const std::byte* const line_end = marked + std::min<std::int64_t>(at + 64, true_extent);
+            if (std::any_of(marked + at, line_end, [](std::byte b) { return b != std::byte{0}; }))
+                lines_.push_back(static_cast<std::uint32_t>(at / 64));
+        }
+        n_ = static_cast<std::int64_t>(lines_.size());
+        lines_.resize(lines_.size() + prefetch_ahead, lines_.empty() ? 0 : lines_.back());
         for (std::int64_t i = 0; i < n_; i += 64) share_.push_back(size * i / n_);
         share_.push_back(size);
         fill(packed_out_.data(), size, 7);
@@ -295,7 +300,7 @@ private:
         return base + std::int64_t{lines_[static_cast<std::size_t>(j)]} * 64;
     }
 
-    std::int64_t n_;                    ///< touched lines
+    std::int64_t n_ = 0;                ///< touched lines
     std::vector<std::uint32_t> lines_;  ///< their numbers, then prefetch_ahead copies of the last
     std::vector<std::int64_t> share_;   ///< share_[k]: the packed bytes before line 64k; last: all
     const std::byte* typed_;           ///< the pack variants' input
@@ -344,24 +349,15 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
                            " (shunt) and " + std::to_string(pos_library) + " (library), expected " + std::to_string(isize));
     expect_equal(typed_library.data(), typed_shunt.data(), true_extent, "unpack/" + c.name + " (typed buffer)");
 
-    // The least traffic a packer moves: the cache lines the type touches, found by the library's
+    // The least traffic a packer moves: the cache lines the type touches, marked by the library's
     // unpack of 0xff bytes into zeros, and the packed bytes (traffic_bound).
-    std::vector<std::int64_t> lines;
+    std::memset(typed_again.data(), 0, static_cast<std::size_t>(true_extent));
+    std::memset(packed_again.data(), 0xff, static_cast<std::size_t>(size));
     {
-        std::memset(typed_again.data(), 0, static_cast<std::size_t>(true_extent));
-        std::memset(packed_again.data(), 0xff, static_cast<std::size_t>(size));
         int pos = 0;
         SHUNT_CHECK_MPI(PMPI_Unpack(packed_again.data(), isize, &pos, out_again, 1, type, MPI_COMM_SELF));
-        for (std::int64_t at = 0; at < true_extent; at += 64) {
-            const std::int64_t n = std::min<std::int64_t>(64, true_extent - at);
-            for (std::int64_t i = 0; i < n; ++i)
-                if (typed_again.data()[at + i] != std::byte{0}) {
-                    lines.push_back(at);
-                    break;
-                }
-        }
     }
-    traffic_bound bound(lines, typed.data(), packed_library.data(), size, true_extent);
+    traffic_bound bound(typed_again.data(), typed.data(), packed_library.data(), size, true_extent);
     auto memcpy_fn = [&] { std::memcpy(copy_dst.data(), copy_src.data(), static_cast<std::size_t>(size)); };
     // memcpy of the type's footprint (its true extent): where the blocks are spread out, the packer's
     // data leaves a cache level that a memcpy of the same bytes still fits in; this copy works on
