@@ -227,8 +227,9 @@ constexpr int settle_calls = 2 * (2 + 2 * shunt::planner::measure_trials) + shun
 /// streaming stores, which skip reading the lines they write. The fastest of them, `bound`,
 /// estimates what a packer can gain on the library (lib/bound): a packer near it moves data about
 /// as fast as this machine's memory system does. It is not a ceiling: shunt's packer ran faster
-/// than these loops on 21-28 of 192 rows of a run, mostly by 5-20%, by 1.39x on a 1 MiB pack of
-/// 128 B rows 512 B apart (why, not studied).
+/// than these loops on 21-31 of 192 rows of a run, mostly by 5-20%, by up to 1.26x in the runs
+/// after the unpack prefetch and by 1.39x once, on a 1 MiB pack of 128 B rows 512 B apart (why,
+/// not studied).
 class traffic_bound {
 public:
     /// `marked`: a typed-size buffer whose nonzero bytes are the type's (an unpack of 0xff bytes
