@@ -533,8 +533,8 @@ inline bool window_rows_available() {
 
 /// rows_lanes where it applies: packing rows of 1, 2, 4 or 8 bytes at 2 or 4 times their
 /// length, and unpacking rows of 2, 4 or 8 bytes (byte rows, and 2-byte rows where the CPU has
-/// VBMI2, unpack by rows_window's byte permute, which ran as fast or faster). Returns false where
-/// it does not.
+/// VBMI and VBMI2, unpack by rows_window, whose byte expand ran as fast or faster, and whose byte
+/// permute runs faster still). Returns false where it does not.
 template <bool Pack>
 inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
     // The shape first, without a division: rows_direct calls this for every run of rows (and,
@@ -640,9 +640,10 @@ inline bool sparse_gather(std::int64_t stride, std::int64_t n, std::int64_t len)
     return span >= static_cast<double>(lo) && span <= static_cast<double>(hi);
 }
 
-/// True where rows_window's byte compress beats one fixed move per row, from a sweep of every
-/// len < stride for strides 8, 16 and 32 over 64 KiB of rows on the development machine (Xeon,
-/// Sapphire Rapids class). The compress pays where a window holds many rows or lengths that
+/// True where rows_window beats one fixed move per row, from a sweep of every len < stride for
+/// strides 8, 16 and 32 over 64 KiB of rows on the development machine (Xeon, Sapphire Rapids
+/// class), when rows_window made a byte compress per window (it now makes a faster permute; not
+/// swept again). The compress pays where a window holds many rows or lengths that
 /// take two moves each; a power-of-two length (or 24) is one move per row, and at stride 32 a
 /// row of up to 16 bytes is one or two: there the moves ran 1.1-2.5x faster (8-byte rows at
 /// stride 32: 27.8 against 14.9 GB/s packing, 15.5 against 10.2 unpacking). From 1 MiB of rows,
