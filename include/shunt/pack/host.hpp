@@ -338,11 +338,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi2")))
     const __m512i iota = _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928, 0x2726252423222120,
                                           0x1f1e1d1c1b1a1918, 0x1716151413121110, 0x0f0e0d0c0b0a0908, 0x0706050403020100);
     // Pack: byte k of the output is the k-th masked byte; unpack: masked byte j takes the packed
-    // byte numbered by the masked bytes before it. (The zero-masking permutes, with the stores'
-    // own masks, spare GCC 12's maybe-uninitialized warning on the unmasked one's source.)
+    // byte numbered by the masked bytes before it.
     const __m512i index = Pack ? _mm512_maskz_compress_epi8(m, iota) : _mm512_maskz_expand_epi8(m, iota);
     const std::int64_t windows = n / per_window;
     const std::int64_t claim_until = windows - unpack_claim_ahead / 64;  // no prefetch past the rows
+    // The permutes zero-mask with the stores' own masks: the unmasked form draws GCC 12's
+    // maybe-uninitialized warning on its undefined source.
     for (std::int64_t w = 0; w < windows; ++w, typed += 64, packed += bytes) {
         if constexpr (Pack) {
             _mm512_mask_storeu_epi8(packed, out_mask,
@@ -533,8 +534,9 @@ inline bool window_rows_available() {
 
 /// rows_lanes where it applies: packing rows of 1, 2, 4 or 8 bytes at 2 or 4 times their
 /// length, and unpacking rows of 2, 4 or 8 bytes (byte rows, and 2-byte rows where the CPU has
-/// VBMI and VBMI2, unpack by rows_window, whose byte expand ran as fast or faster, and whose byte
-/// permute runs faster still). Returns false where it does not.
+/// VBMI and VBMI2, unpack by rows_window, whose byte expand ran as fast or faster on the Xeon;
+/// its byte permute, which replaced the expand, ran faster than the expand on Zen 4). Returns
+/// false where it does not.
 template <bool Pack>
 inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
     // The shape first, without a division: rows_direct calls this for every run of rows (and,
@@ -642,8 +644,8 @@ inline bool sparse_gather(std::int64_t stride, std::int64_t n, std::int64_t len)
 
 /// True where rows_window beats one fixed move per row, from a sweep of every len < stride for
 /// strides 8, 16 and 32 over 64 KiB of rows on the development machine (Xeon, Sapphire Rapids
-/// class), when rows_window made a byte compress per window (it now makes a faster permute; not
-/// swept again). The compress pays where a window holds many rows or lengths that
+/// class), when rows_window made a byte compress per window (it now makes a permute, faster than
+/// the compress on Zen 4; not swept again). The compress pays where a window holds many rows or lengths that
 /// take two moves each; a power-of-two length (or 24) is one move per row, and at stride 32 a
 /// row of up to 16 bytes is one or two: there the moves ran 1.1-2.5x faster (8-byte rows at
 /// stride 32: 27.8 against 14.9 GB/s packing, 15.5 against 10.2 unpacking). From 1 MiB of rows,
