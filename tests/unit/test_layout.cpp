@@ -385,13 +385,19 @@ TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters 
 }
 
 TEST_CASE("host packer: short rows in cache lines of their own gather like the inline loop") {
-    // 3-byte rows 640 bytes apart: 16384 rows sweep 10 MiB, within sparse_gather's range, so
-    // packing calls the C library's memcpy per row; and a window starting and ending inside rows.
-    constexpr std::int64_t len = 3, stride = 640, rows = 16384;
+    // 3-byte rows 4160 bytes apart: 2048 rows sweep 8 MiB, within sparse_gather's range on every
+    // CPU, so packing calls the C library's memcpy per row; and a window starting and ending
+    // inside rows.
+    constexpr std::int64_t len = 3, stride = 4160, rows = 2048;
     REQUIRE(shunt::detail::sparse_gather(stride, rows, len));
     REQUIRE_FALSE(shunt::detail::sparse_gather(stride, 64, len));          // cached
     REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows * 16, len));   // beyond 64 MiB
     REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows, 32));         // long rows
+    // Closer rows, the same span: the calls only from this CPU's stride (512 or 4096 bytes).
+    const std::int64_t from = shunt::detail::sparse_gather_stride();
+    REQUIRE((from == 512 || from == 4096));
+    REQUIRE(shunt::detail::sparse_gather(from, (8 << 20) / from, len));
+    REQUIRE_FALSE(shunt::detail::sparse_gather(from - 64, (8 << 20) / (from - 64), len));
     const strided_rows c(len, stride, rows);
     std::vector<std::byte> packed(c.expect.size());
     CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data()) == rows * len);
