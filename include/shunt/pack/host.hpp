@@ -309,11 +309,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(
 /// How many bytes ahead of its stores an unpack of rows packed close together (rows_window,
 /// rows_lanes) prefetches the typed lines for writing. Their masked stores write part of every
 /// line, and each line is read for ownership first: without the prefetch each store waited on
-/// that read. In bench-pack, unpacking 16 MiB of 1-8-byte rows 2 or 4 rows apart ran
-/// 1.31-1.49x faster with it (both MPI flavours; 64 KiB and 1 MiB objects 0.96-1.11x, noise). In a
-/// loop of rows_window calls on 16 MiB of 1-byte rows 2 bytes apart, with the caches flushed
-/// before each: 3.4-3.5 ms against 4.6-4.7 (256 B to 4 KiB ahead alike).
-inline constexpr std::int64_t unpack_claim_ahead = 1024;
+/// that read. On the Xeon (Sapphire Rapids class), 1 KiB ahead, bench-pack unpacked 16 MiB of
+/// 1-8-byte rows 2 or 4 rows apart 1.31-1.49x faster with it (both MPI flavours; 64 KiB and 1 MiB
+/// objects 0.96-1.11x, noise), and a loop of rows_window calls on 16 MiB of 1-byte rows 2 bytes
+/// apart, the caches flushed before each, took 3.4-3.5 ms against 4.6-4.7 without, 256 B to 4 KiB
+/// ahead alike. On an AMD EPYC (Zen 4), in loops of rows calls on 1-8-byte rows 2 or 4 rows
+/// apart, 256 B ahead ran 1.12-1.30x faster than 1 KiB in 1 MiB objects (as fast as no prefetch)
+/// and 1.3-1.6x in 16 MiB (no prefetch 1.14-1.29x, 128 B as 256), 64 KiB alike.
+inline constexpr std::int64_t unpack_claim_ahead = 256;
 
 /// n rows of len bytes, `stride` bytes apart, where stride divides 64 and len < stride: each
 /// 64-byte window of the typed buffer holds 64 / stride rows, selected by one fixed byte mask.
