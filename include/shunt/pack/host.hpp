@@ -631,21 +631,26 @@ template <bool Pack>
     }
 }
 
-/// The least stride from which sparse_gather sends rows through rows_libc on this CPU: 512 bytes
-/// on Intel CPUs, 4096 on others. On the Xeon (Sapphire Rapids class) where the rule was set, the
-/// calls gathered faster from 512 bytes (below). On an AMD EPYC (Zen 4), packing rows of 2-16
-/// bytes whose span was 4-64 MiB, in a loop of its own, the inline moves ran 1.7-3.6x faster than
-/// the calls at strides of 512-1536 bytes, 1.15-1.7x at 2096 and 3072, and at 2048 from 0.66x
-/// to 1.3x; at strides of 4096, 8192 and 16384 the calls ran faster by 1.2-2x in spans of 16-64
-/// MiB (at 6144 from 0.74x to 1.07x), and the two were within 25% of each other in 4 MiB.
-inline std::int64_t sparse_gather_stride() {
+/// True where the rules below keep the figures of the Xeon (Sapphire Rapids class) they were
+/// first measured on: Intel x86 CPUs, and CPUs off x86, where they stand unmeasured. False on
+/// other x86 CPUs, whose rules were measured on an AMD EPYC (Zen 4). Decided once.
+inline bool tuned_as_intel() {
 #if defined(__x86_64__) && defined(__GNUC__)
-    static const std::int64_t from = __builtin_cpu_is("intel") ? 512 : 4096;
-    return from;
+    static const bool intel = __builtin_cpu_is("intel");
+    return intel;
 #else
-    return 512;
+    return true;
 #endif
 }
+
+/// The least stride from which sparse_gather sends rows through rows_libc on this CPU: 512 bytes
+/// where tuned_as_intel(), 4096 elsewhere. On the Xeon the calls gathered faster from 512 bytes
+/// (below). On the EPYC, packing rows of 2-16 bytes whose span was 4-64 MiB, in a loop of its
+/// own, the inline moves ran 1.7-3.6x faster than the calls at strides of 512-1536 bytes,
+/// 1.15-1.7x at 2096 and 3072, and at 2048 from 0.66x to 1.3x; at strides of 4096, 8192 and
+/// 16384 the calls ran faster by 1.2-2x in spans of 16-64 MiB (at 6144 from 0.74x to 1.07x), and
+/// the two were within 25% of each other in 4 MiB.
+inline std::int64_t sparse_gather_stride() { return tuned_as_intel() ? 512 : 4096; }
 
 /// True for packing rows of at most 16 bytes, each in a cache line of its own (from
 /// sparse_gather_stride() apart), that sweep 4 to 64 MiB: out of the core's caches but within
@@ -662,17 +667,23 @@ inline bool sparse_gather(std::int64_t stride, std::int64_t n, std::int64_t len)
     return span >= static_cast<double>(lo) && span <= static_cast<double>(hi);
 }
 
-/// True where rows_window beats one fixed move per row, from a sweep of every len < stride for
-/// strides 8, 16 and 32 over 64 KiB of rows on the development machine (Xeon, Sapphire Rapids
-/// class), when rows_window made a byte compress per window (it now makes a permute, faster than
-/// the compress on Zen 4; not swept again). The compress pays where a window holds many rows or lengths that
-/// take two moves each; a power-of-two length (or 24) is one move per row, and at stride 32 a
-/// row of up to 16 bytes is one or two: there the moves ran 1.1-2.5x faster (8-byte rows at
-/// stride 32: 27.8 against 14.9 GB/s packing, 15.5 against 10.2 unpacking). From 1 MiB of rows,
-/// where the caches bound both, they tied within 1%.
+/// True where rows_window beats one fixed move per row, from sweeps of every len < stride for
+/// strides 8, 16 and 32 over 64 KiB and 1 MiB of rows. On the Xeon (tuned_as_intel()), when
+/// rows_window made a byte compress per window (not swept with its permute): the compress paid
+/// where a window holds many rows or lengths that take two moves each; a power-of-two length (or
+/// 24) is one move per row, and at stride 32 a row of up to 16 bytes is one or two: there the
+/// moves ran 1.1-2.5x faster (8-byte rows at stride 32: 27.8 against 14.9 GB/s packing, 15.5
+/// against 10.2 unpacking); from 1 MiB, where the caches bound both, they tied within 1%. On the
+/// EPYC, with the permute: at stride 16 the window ran faster at every length (1.35-4x in 64
+/// KiB, 1.2-2.65x in 1 MiB, but for byte rows unpacking 1 MiB: 0.94-1.04x); at stride 32 at every
+/// length but 1, 2, 4, 16 and 24 (rows of 5-15 bytes 1.1-1.9x in 64 KiB and 1.1-1.3x in 1 MiB, of
+/// 3 and 12 bytes 0.92-1.31x, of 17 and more 4.2-7x), where the moves ran as fast or up to 1.4x
+/// faster, or for rows of 1 and 2 bytes faster one way and slower the other. Stride 8: the
+/// window, on both.
 inline bool window_pays(std::int64_t stride, std::int64_t len) {
     const bool one_move = len == 1 || len == 2 || len == 4 || len == 8 || len == 16 || len == 24;
     if (stride <= 8) return true;
+    if (!tuned_as_intel()) return stride == 16 || !one_move || len == 8;
     if (stride == 16) return !one_move;
     return len > 16 && len != 24;
 }
