@@ -347,26 +347,35 @@ TEST_CASE("host packer: rows that stream from memory pack and unpack like rows i
 TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters like the plain loop") {
     using shunt::detail::prefetch_batch;
     using shunt::detail::prefetch_pays;
-    constexpr std::int64_t mib = std::int64_t{1} << 20;
-    CHECK(prefetch_pays(256, 4096, 200, false));         // 1 MiB of rows a line or more apart
-    CHECK_FALSE(prefetch_pays(256, 4095, 200, false));   // a span under 1 MiB: cached
-    CHECK_FALSE(prefetch_pays(256, 4096, 200, true));    // streaming stores read nothing first
-    CHECK_FALSE(prefetch_pays(32, mib, 16, false));      // rows sharing lines: the hardware's
-    CHECK_FALSE(prefetch_pays(128, mib, 128, false));    // no gaps: one sequential run
+    constexpr std::int64_t wide = shunt::detail::pack_program::streaming_bytes;
+    const bool intel = shunt::detail::tuned_as_intel();
+    CHECK(prefetch_pays(256, wide / 256, 100, false));          // 16 MiB of rows a line or more apart
+    CHECK(prefetch_pays(256, 4096, 100, false) == intel);       // 1 MiB: on Intel only
+    CHECK(prefetch_pays(256, wide / 256, 200, false) == intel); // rows of 128 B or more: Intel only
+    CHECK_FALSE(prefetch_pays(256, 4095, 200, false));          // a span under 1 MiB: cached
+    CHECK_FALSE(prefetch_pays(256, wide / 256, 100, true));     // streaming stores read nothing first
+    CHECK_FALSE(prefetch_pays(32, wide, 16, false));            // rows sharing lines: the hardware's
+    CHECK_FALSE(prefetch_pays(128, wide, 128, false));          // no gaps: one sequential run
     // Row counts that leave a partial last batch and a last batch shorter than the prefetch
     // distance, rows from 1 byte to several lines at odd strides (row starts at every offset in
     // a line; rows past the 1 KiB that is prefetched): each row lands in place and the gaps keep
-    // their bytes.
+    // their bytes, through rows_prefetched itself on every CPU and through unpack_host (which
+    // takes it where prefetch_pays on this CPU; the last two shapes on every CPU).
     struct shape { std::int64_t len, stride, rows; };
     for (const shape sh : {shape{1, 64, 20000}, shape{8, 512, 2 * prefetch_batch * 1000 + 3},
                            shape{63, 130, 9000}, shape{200, 264, 4000 + prefetch_batch + 1},
-                           shape{1000, 1096, 1000}, shape{3000, 3100, 400}, shape{64, 128, 8192}}) {
+                           shape{1000, 1096, 1000}, shape{3000, 3100, 400}, shape{64, 128, 8192},
+                           shape{8, 512, wide / 512 + prefetch_batch + 5}, shape{100, 260, wide / 260 + 7}}) {
         CAPTURE(sh.len);
         CAPTURE(sh.stride);
         CAPTURE(sh.rows);
-        REQUIRE(prefetch_pays(sh.stride, sh.rows, sh.len, false));
+        REQUIRE(prefetch_pays(sh.stride, sh.rows, sh.len, false) == (intel || sh.stride * sh.rows >= wide));
         const strided_rows c(sh.len, sh.stride, sh.rows);
         REQUIRE_FALSE(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores());
+        std::vector<std::byte> direct(c.typed.size(), strided_rows::gap);
+        std::vector<std::byte> packed(c.expect);
+        shunt::detail::rows_prefetched<false>(direct.data(), packed.data(), sh.stride, sh.rows, sh.len, false);
+        CHECK(c.wrong_after_unpack(direct) == 0);
         std::vector<std::byte> back(c.typed.size(), strided_rows::gap);
         CHECK(shunt::unpack_host(c.form, c.extent, 1, c.expect.data(), back.data()) == sh.rows * sh.len);
         CHECK(c.wrong_after_unpack(back) == 0);
