@@ -218,9 +218,9 @@ inline void move_block(std::byte* typed, std::byte* packed, std::int64_t n) {
 /// 37.5 in another pair of builds). Unrolled, a straddling loop ran that row at 35-37 GB/s;
 /// bench-pack's packs of 4-32-byte rows 2 and 4 rows apart in 64 KiB and 1 MiB objects ran
 /// 0.99-1.04x as fast as the previous build (both flavours), and MPICH's unpack of that row,
-/// whose loop straddled in the previous build, 1.30x. In a loop of its own (both loops 64-byte aligned) the unrolled copy ran 0.97-1.44x
-/// as fast in 64 KiB and 1 MiB, but packed 16 MiB of 8 and 32-byte rows 4 and 2 rows apart at
-/// 0.84-0.92x (other 16 MiB rows 0.91-1.26x).
+/// whose loop straddled in the previous build, 1.30x. In a loop of its own (both loops 64-byte
+/// aligned) the unrolled copy ran 0.97-1.44x as fast in 64 KiB and 1 MiB, but packed 16 MiB of
+/// 8 and 32-byte rows 4 and 2 rows apart at 0.84-0.92x (other 16 MiB rows 0.91-1.26x).
 template <bool Pack, std::int64_t L>
 inline void rows_fixed(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
 #pragma GCC unroll 4
