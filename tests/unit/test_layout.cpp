@@ -359,8 +359,9 @@ TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters 
     // Row counts that leave a partial last batch and a last batch shorter than the prefetch
     // distance, rows from 1 byte to several lines at odd strides (row starts at every offset in
     // a line; rows past the 1 KiB that is prefetched): each row lands in place and the gaps keep
-    // their bytes, through rows_prefetched itself on every CPU and through unpack_host (which
-    // takes it where prefetch_pays on this CPU; the last two shapes on every CPU).
+    // their bytes, through rows_prefetched itself (both prefetch localities) on every CPU and
+    // through unpack_host (which takes it where prefetch_pays on this CPU; the last two shapes on
+    // every CPU).
     struct shape { std::int64_t len, stride, rows; };
     for (const shape sh : {shape{1, 64, 20000}, shape{8, 512, 2 * prefetch_batch * 1000 + 3},
                            shape{63, 130, 9000}, shape{200, 264, 4000 + prefetch_batch + 1},
@@ -372,10 +373,12 @@ TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters 
         REQUIRE(prefetch_pays(sh.stride, sh.rows, sh.len, false) == (intel || sh.stride * sh.rows >= wide));
         const strided_rows c(sh.len, sh.stride, sh.rows);
         REQUIRE_FALSE(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores());
-        std::vector<std::byte> direct(c.typed.size(), strided_rows::gap);
+        std::vector<std::byte> direct(c.typed.size(), strided_rows::gap), direct_l2(direct);
         std::vector<std::byte> packed(c.expect);
         shunt::detail::rows_prefetched<false>(direct.data(), packed.data(), sh.stride, sh.rows, sh.len, false);
         CHECK(c.wrong_after_unpack(direct) == 0);
+        shunt::detail::rows_prefetched<false, 2>(direct_l2.data(), packed.data(), sh.stride, sh.rows, sh.len, false);
+        CHECK(c.wrong_after_unpack(direct_l2) == 0);
         std::vector<std::byte> back(c.typed.size(), strided_rows::gap);
         CHECK(shunt::unpack_host(c.form, c.extent, 1, c.expect.data(), back.data()) == sh.rows * sh.len);
         CHECK(c.wrong_after_unpack(back) == 0);
