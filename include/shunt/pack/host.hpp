@@ -772,10 +772,10 @@ inline constexpr std::int64_t prefetch_batch = 16;
 /// objects of 128-512-byte rows; in 16 MiB of 16-64-byte rows they ran 0.78-0.99x, hence the
 /// exception.
 inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len, bool stream_stores) {
+    if (stream_stores || stride < 64 || stride <= len || n <= 2 * prefetch_batch) return false;
     const double span = static_cast<double>(n) * static_cast<double>(stride);
-    const double span_from = tuned_as_intel() ? double(std::int64_t{1} << 20) : double(pack_program::streaming_bytes);
-    return !stream_stores && stride >= 64 && stride > len && n > 2 * prefetch_batch && span >= span_from &&
-           (len < 128 || tuned_as_intel());
+    if (tuned_as_intel()) return span >= double(std::int64_t{1} << 20);
+    return len < 128 && span >= double(pack_program::streaming_bytes);
 }
 
 /// rows_direct in batches of prefetch_batch rows, each batch copied after the lines of the next
