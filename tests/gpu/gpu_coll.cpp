@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
                     },
                     [&](const void* s, void* r) {
                         check_mpi(PMPI_Reduce_scatter_block(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "PMPI_Reduce_scatter_block");
-                    });
+                    },
+                    un * word);  // in place, MPI defines only the first n elements
             compare(name("MPI_Reduce_scatter"), total * word,
                     (in_place ? total : static_cast<std::size_t>(parts[static_cast<std::size_t>(me)])) * word, sdev, rdev, in_place,
                     [&](const void* s, void* r) {
@@ -87,7 +88,8 @@ int main(int argc, char** argv) {
                     },
                     [&](const void* s, void* r) {
                         check_mpi(PMPI_Reduce_scatter(s, r, parts.data(), MPI_UNSIGNED, MPI_BXOR, comm), "PMPI_Reduce_scatter");
-                    });
+                    },
+                    static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]) * word);
             // n contiguous words from each rank into the gapped layout (the gaps must stay as they were).
             compare(name("MPI_Allgather"), un * word, n_ranks * 2 * un * word, sdev, rdev, in_place,
                     [&](const void* s, void* r) { check_mpi(MPI_Allgather(s, n, MPI_UNSIGNED, r, 1, gapped, comm), "MPI_Allgather"); },
