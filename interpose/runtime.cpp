@@ -3,6 +3,7 @@
 
 #include <shunt/errors.hpp>
 #include <shunt/log.hpp>
+#include <shunt/gpu/memory.hpp>
 #include <shunt/pack/host.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/model.hpp>
@@ -57,7 +58,7 @@ bool always_valid(MPI_Comm comm) { return comm == MPI_COMM_WORLD || comm == MPI_
 /// The measured model from SHUNT_MODEL or the default location, else the built-in one; `note`
 /// says why the file was not used. A missing default file is the normal case and says nothing.
 std::shared_ptr<cost_model> load_runtime_model(const settings& cfg, std::string& note) {
-    const model_identity me = current_identity();
+    const model_identity me = current_identity(gpu::current_device_name());
     const std::string path = resolve_model_path(cfg.model, process_environment(), me);
     if (!path.empty()) {
         auto r = load_model(path, &me);

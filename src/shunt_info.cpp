@@ -1,11 +1,14 @@
 // src/shunt_info.cpp: the shunt-info tool: shunt's version, its SHUNT_* configuration, the cost
 // model file, what shunt would decide for a call, and the topology it sees (that one under mpirun).
 #include <shunt/config.hpp>
+#include <shunt/gpu/memory.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/pack/host.hpp>
 #include <shunt/plan/collective.hpp>
 #include <shunt/plan/planner.hpp>
+#include <shunt/topology/gpu.hpp>
+#include <shunt/topology/locality.hpp>
 #include <shunt/topology/topology.hpp>
 
 #include <mpi.h>
@@ -43,7 +46,8 @@ void usage(std::FILE* to) {
                "                             bcast, reduce, alltoall, alltoallv), from the model alone; run it under\n"
                "                             mpirun\n"
                "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
-               "                             and every rank's place in them; run it under mpirun like the application\n"
+               "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
+               "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
                "  --help                     this help\n"
                "  --version                  the shunt version\n",
                to);
@@ -78,7 +82,7 @@ int show_config() {
 /// The model shunt would load (SHUNT_MODEL, else the default location), or the built-in one;
 /// `where` describes which.
 std::shared_ptr<shunt::cost_model> effective_model(std::string& where) {
-    const shunt::model_identity me = shunt::current_identity();
+    const shunt::model_identity me = shunt::current_identity(shunt::gpu::current_device_name());
     const std::string path = shunt::resolve_model_path(shunt::config().model, shunt::process_environment(), me);
     if (!path.empty()) {
         auto r = shunt::load_model(path, &me);
@@ -94,7 +98,7 @@ std::shared_ptr<shunt::cost_model> effective_model(std::string& where) {
 }
 
 int show_model(const char* file) {
-    const shunt::model_identity me = shunt::current_identity();
+    const shunt::model_identity me = shunt::current_identity(shunt::gpu::current_device_name());
     const std::string path = file ? file : shunt::resolve_model_path(shunt::config().model, shunt::process_environment(), me);
     if (path.empty()) {
         std::fprintf(stderr, "shunt-info: no model file location (set SHUNT_MODEL or HOME, or name a file)\n");
@@ -133,6 +137,8 @@ bool parse_positive(const char* text, std::int64_t& out) {
 /// is reported by rank 0 and fails every rank.
 template <class F>
 int with_world_topology(int argc, char** argv, F f) {
+    // Where libshunt_gpu has CUDA, the topology's gpu level and the table below see the device.
+    shunt::set_gpu_locator(&shunt::gpu::current_device_pci_bus_id);
     MPI_Init(&argc, &argv);
     int rank = 0, rc = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -158,15 +164,34 @@ int show_topology(int argc, char** argv) {
         std::vector<char> names(static_cast<std::size_t>(p) * (MPI_MAX_PROCESSOR_NAME + 1));
         MPI_Gather(name, MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME + 1, MPI_CHAR, 0,
                    MPI_COMM_WORLD);
+        // The GPU each rank uses and where hwloc sees it attached (both "" without one).
+        constexpr int gpu_chars = 96;
+        const std::string bus = shunt::pci_bus_id(shunt::local_gpu_key());
+        const std::string gpu = bus.empty() ? std::string() : bus + ' ' + shunt::pci_ancestor(bus);
+        char gpu_text[gpu_chars] = {0};
+        std::snprintf(gpu_text, sizeof gpu_text, "%s", gpu.c_str());
+        std::vector<char> gpus(static_cast<std::size_t>(p) * gpu_chars);
+        MPI_Gather(gpu_text, gpu_chars, MPI_CHAR, gpus.data(), gpu_chars, MPI_CHAR, 0, MPI_COMM_WORLD);
         if (me != 0) return 0;
+        const auto gpu_of = [&](int r) { return std::string_view(gpus.data() + static_cast<std::size_t>(r) * gpu_chars); };
+        bool any_gpu = false;
+        for (int r = 0; r < p; ++r) any_gpu = any_gpu || !gpu_of(r).empty();
         std::printf("%s", topo.describe().c_str());
         std::printf("cost model shape: %s\n", shunt::coll_shape::of(h).signature().c_str());
         std::printf("%-6s %-24s", "rank", "host");
         for (int k = 0; k < h.levels(); ++k) std::printf(" %12s", h.name(k).c_str());
+        if (any_gpu) std::printf(" %-12s %s", "gpu (PCI)", "attached to (hwloc)");
         std::printf("\n");
         for (int r = 0; r < p; ++r) {
             std::printf("%-6d %-24s", r, names.data() + static_cast<std::size_t>(r) * (MPI_MAX_PROCESSOR_NAME + 1));
             for (int k = 0; k < h.levels(); ++k) std::printf(" %12s", ("group " + std::to_string(h.group_of(k, r))).c_str());
+            if (any_gpu) {
+                const std::string_view g = gpu_of(r);
+                const std::size_t space = g.find(' ');
+                const std::string id(g.substr(0, space));
+                std::string where = space == std::string_view::npos ? std::string() : std::string(g.substr(space + 1));
+                std::printf(" %-12s %s", id.empty() ? "-" : id.c_str(), where.empty() ? "-" : where.c_str());
+            }
             std::printf("\n");
         }
         return 0;

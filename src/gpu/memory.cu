@@ -6,6 +6,7 @@
 #include <shunt/errors.hpp>
 #include <shunt/gpu/memory.hpp>
 #include <shunt/gpu/pack.hpp>
+#include <shunt/topology/gpu.hpp>
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <shared_mutex>
+#include <string>
 
 namespace shunt::gpu {
 namespace {
@@ -145,6 +147,43 @@ std::size_t classify_cache_size() noexcept {
     std::shared_lock lock(c.m);
     return c.ranges.size();
 }
+
+std::string current_device_pci_bus_id() noexcept {
+    if (!device_available()) return {};
+    int dev = 0;
+    char id[32] = {0};  // "dddd:bb:dd.f" needs 13 with its NUL; CUDA asks for at least 13
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof id), dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return {};
+    }
+    try {
+        return std::string(id);
+    } catch (...) {
+        return {};
+    }
+}
+
+std::string current_device_name() noexcept {
+    try {
+        int dev = 0;
+        cudaDeviceProp prop{};
+        if (!device_available() || cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return "none";
+        }
+        prop.name[sizeof prop.name - 1] = '\0';
+        return prop.name[0] != '\0' ? std::string(prop.name) : std::string("none");
+    } catch (...) {
+        return "none";
+    }
+}
+
+namespace {
+// The topology header library cannot call CUDA: wherever this object is linked (the preload
+// library, the tools, the gpu tests), it tells topology discovery where the process's GPU is.
+[[maybe_unused]] const bool gpu_locator_installed = (set_gpu_locator(&current_device_pci_bus_id), true);
+}  // namespace
 
 namespace {
 

@@ -3,6 +3,7 @@
 #include "pool.hpp"
 
 #include <shunt/errors.hpp>
+#include <shunt/gpu/launch.hpp>
 #include <shunt/gpu/memory.hpp>
 #include <shunt/gpu/pack.hpp>
 
@@ -46,6 +47,7 @@ void pack_fused(std::span<const device_input>, stream_t) { no_device(); }
 void unpack_fused(std::span<const device_output>, stream_t) { no_device(); }
 void copy(void*, const void*, std::size_t, stream_t) { no_device(); }
 void synchronize(stream_t) { no_device(); }
+void launch_empty(std::int64_t, stream_t) { no_device(); }
 
 const char* to_string(memory_kind k) noexcept {
     switch (k) {
@@ -59,6 +61,8 @@ const char* to_string(memory_kind k) noexcept {
 memory_kind classify(const void*) noexcept { return memory_kind::host; }
 void forget(const void*, std::size_t) noexcept {}
 std::size_t classify_cache_size() noexcept { return 0; }
+std::string current_device_pci_bus_id() noexcept { return {}; }
+std::string current_device_name() noexcept { return "none"; }
 
 pool_block pool_acquire(pool_kind kind, std::size_t bytes) { return pool(kind).acquire(kind, bytes); }
 void pool_release(const pool_block& b) noexcept { pool(b.kind).release(b); }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace shunt::gpu {
 
@@ -34,6 +35,17 @@ void forget(const void* p, std::size_t bytes) noexcept;
 
 /// Number of allocation ranges in the classification cache (for tests and reports).
 std::size_t classify_cache_size() noexcept;
+
+/// The PCI bus id of the calling thread's current device (cudaGetDevice), as
+/// cudaDeviceGetPCIBusId writes it ("0000:3B:00.0"); "" without CUDA in the build, without a
+/// driver or without a device. Creates no context. Thread-safe; never throws. Where CUDA is
+/// built in, libshunt_gpu installs it as the topology's GPU locator (shunt::set_gpu_locator).
+std::string current_device_pci_bus_id() noexcept;
+
+/// The name of the calling thread's current device ("NVIDIA H100 80GB HBM3"), the model file's
+/// GPU identity; "none" without CUDA in the build, without a driver or without a device.
+/// Creates no context. Thread-safe; never throws.
+std::string current_device_name() noexcept;
 
 /// The two memory pools.
 enum class pool_kind {

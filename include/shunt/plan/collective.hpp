@@ -137,14 +137,14 @@ inline double coll_steps(coll_op op, int q) {
 /// network when that level is the node (or above), else the node.
 inline const analytic_params::level& link_of(const analytic_params& p, const coll_shape& s, std::size_t k) {
     auto named = [&](std::string_view n) -> const analytic_params::level& {
-        if (n == "package" || n == "numa") return p.package;
+        if (n == "package" || n == "numa" || n == "gpu") return p.package;
         if (n == "node") return p.node;
         return p.network;
     };
     if (k < s.level_names.size()) return named(s.level_names[k]);
     if (s.level_names.empty()) return p.node;  // one group of everything: one node, presumably
     const std::string_view top = s.level_names.back();
-    return top == "package" || top == "numa" ? p.node : p.network;
+    return top == "package" || top == "numa" || top == "gpu" ? p.node : p.network;
 }
 
 }  // namespace detail

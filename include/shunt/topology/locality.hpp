@@ -1,4 +1,4 @@
-// shunt/topology/locality.hpp: where inside its node the calling process runs (package, NUMA node), via hwloc when built with it.
+// shunt/topology/locality.hpp: where in its node the calling process runs (package, NUMA node) and where a GPU hangs, via hwloc.
 #pragma once
 
 // Define SHUNT_HAVE_HWLOC=1 (and link hwloc) to discover packages and NUMA nodes; without it
@@ -7,6 +7,7 @@
 #include <hwloc.h>
 #endif
 
+#include <string>
 #include <string_view>
 
 namespace shunt {
@@ -50,6 +51,31 @@ inline hwloc_topology_t local_hwloc_topology() {
     static holder h;
     return h.topo;
 }
+
+/// The machine's hwloc topology with its PCI devices and bridges (the important ones), loaded
+/// once per process on first use (thread-safe), or nullptr on failure. Apart from
+/// local_hwloc_topology, so that finding packages never pays for scanning the PCI bus.
+inline hwloc_topology_t local_hwloc_io_topology() {
+    struct holder {
+        hwloc_topology_t topo = nullptr;
+        holder() {
+            if (hwloc_topology_init(&topo) != 0) {
+                topo = nullptr;
+                return;
+            }
+            if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0 ||
+                hwloc_topology_load(topo) != 0) {
+                hwloc_topology_destroy(topo);
+                topo = nullptr;
+            }
+        }
+        ~holder() {
+            if (topo) hwloc_topology_destroy(topo);
+        }
+    };
+    static holder h;
+    return h.topo;
+}
 #endif
 }  // namespace detail
 
@@ -78,6 +104,39 @@ inline int bound_domain(domain_kind kind) {
 #else
     (void)kind;
     return -1;
+#endif
+}
+
+/// Where the PCI device `bus_id` ("0000:3b:00.0") hangs in this machine, as hwloc sees it: its
+/// nearest non-I/O ancestor ("Package:0", "Group0:1", "Machine:0", by type and logical index),
+/// followed by "/NUMANode:N" when that ancestor is local to exactly one NUMA node; "" when hwloc
+/// does not know the device or shunt was built without hwloc. Local; thread-safe; never throws.
+inline std::string pci_ancestor(std::string_view bus_id) noexcept {
+#if defined(SHUNT_HAVE_HWLOC) && SHUNT_HAVE_HWLOC
+    try {
+        if (bus_id.empty()) return {};
+        hwloc_topology_t topo = detail::local_hwloc_io_topology();
+        if (!topo) return {};
+        const std::string id(bus_id);
+        hwloc_obj_t dev = hwloc_get_pcidev_by_busidstring(topo, id.c_str());
+        if (!dev) return {};
+        hwloc_obj_t up = hwloc_get_non_io_ancestor_obj(topo, dev);
+        if (!up) return {};
+        char type[64] = {0};
+        hwloc_obj_type_snprintf(type, sizeof type, up, 0);
+        std::string out = std::string(type) + ':' + std::to_string(up->logical_index);
+        if (up->type != HWLOC_OBJ_NUMANODE && up->nodeset && hwloc_bitmap_weight(up->nodeset) == 1) {
+            const auto os_index = static_cast<unsigned>(hwloc_bitmap_first(up->nodeset));
+            hwloc_obj_t numa = hwloc_get_numanode_obj_by_os_index(topo, os_index);
+            if (numa) out += "/NUMANode:" + std::to_string(numa->logical_index);
+        }
+        return out;
+    } catch (...) {
+        return {};
+    }
+#else
+    (void)bus_id;
+    return {};
 #endif
 }
 

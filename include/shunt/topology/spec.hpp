@@ -12,7 +12,7 @@ namespace shunt {
 
 /// How the ranks of one level are put into groups.
 enum class grouping_kind {
-    automatic,  ///< `auto`: discovered (node: shared memory; package, numa: hwloc)
+    automatic,  ///< `auto`: discovered (node: shared memory; package, numa: hwloc; gpu: the device in use)
     sizes,      ///< `3,1`: consecutive world ranks in groups of these sizes, the list repeated
     labels,     ///< `[0,1,0,1]`: the group label of each world rank, in world rank order
     hosts,      ///< `{a,b|c*}`: groups of host names (MPI_Get_processor_name); `*` ends a prefix
@@ -32,11 +32,11 @@ struct level_spec {
 /// last level is always the whole communicator.
 ///
 /// Grammar (blanks around tokens are ignored; the empty string means the default
-/// `package=auto;node=auto;switch=slurm`):
+/// `gpu=auto;package=auto;node=auto;switch=slurm`):
 ///
 ///     spec     := level { ';' level }
 ///     level    := NAME '=' grouping                NAME: [A-Za-z_][A-Za-z0-9_-]*, unique
-///     grouping := 'auto'                           NAME must be node, package or numa
+///     grouping := 'auto'                           NAME must be node, package, numa or gpu
 ///               | SIZE { ',' SIZE }                SIZE >= 1
 ///               | '[' LABEL { ',' LABEL } ']'      LABEL >= 0, one per world rank
 ///               | '{' HOSTS { '|' HOSTS } '}'      HOSTS := HOST { ',' HOST }
@@ -44,10 +44,17 @@ struct level_spec {
 ///
 /// `node=auto` groups the ranks that share memory (MPI_COMM_TYPE_SHARED); `package=auto` and
 /// `numa=auto` group the ranks of a node by the package or NUMA node their CPU binding lies in
-/// (hwloc; the level is ignored when some rank is not bound inside one). Sizes and labels are
-/// keyed by the rank in MPI_COMM_WORLD, so one description serves every sub-communicator:
-/// `node=2` is nodes of 2 consecutive world ranks, `node=3,1` is groups of 3, 1, 3, 1, ...
-/// ranks, `node=[0,1,0,1]` puts world ranks 0 and 2 on one node and 1 and 3 on another. Host
+/// (hwloc; the level is ignored when some rank is not bound inside one). `gpu=auto` groups the
+/// ranks of a node that use the same GPU: the PCI bus id of each rank's current CUDA device when
+/// the topology is built (a communicator's first collective), found where libshunt_gpu is built
+/// with CUDA (see shunt/topology/gpu.hpp); its groups are also split by every level kept above
+/// it, so it always nests. It is ignored when some rank uses no GPU and, like every level, when
+/// its groups are single ranks or those of the level above (one GPU per rank, or one per node):
+/// so the default describes exactly the levels it did before on machines without GPUs.
+/// Sizes and labels are keyed by the rank in MPI_COMM_WORLD, so one description serves every
+/// sub-communicator: `node=2` is nodes of 2 consecutive world ranks, `node=3,1` is groups of 3,
+/// 1, 3, 1, ... ranks, `node=[0,1,0,1]` puts world ranks 0 and 2 on one node and 1 and 3 on
+/// another. Host
 /// groups name hosts (a trailing `*` matches any suffix) and suit the upper levels of a real
 /// machine: `node=auto;switch={nid001,nid002|nid003,nid004}`; every host must be listed.
 /// `slurm` takes the groups from the launcher: Slurm's topology/tree plugin gives each task
@@ -86,7 +93,8 @@ public:
     }
 
     static topology_spec default_spec() {
-        return topology_spec{{level_spec{"package", grouping_kind::automatic, {}, {}},
+        return topology_spec{{level_spec{"gpu", grouping_kind::automatic, {}, {}},
+                              level_spec{"package", grouping_kind::automatic, {}, {}},
                               level_spec{"node", grouping_kind::automatic, {}, {}},
                               level_spec{"switch", grouping_kind::slurm, {1}, {}}}};
     }
@@ -201,9 +209,9 @@ private:
                 pos_ = at;
                 fail("expected 'auto', 'slurm', sizes, [labels] or {hosts}");
             }
-            if (l.name != "node" && l.name != "package" && l.name != "numa") {
+            if (l.name != "node" && l.name != "package" && l.name != "numa" && l.name != "gpu") {
                 pos_ = at;
-                fail("'auto' is known for levels node, package and numa only, not '" + l.name + "'");
+                fail("'auto' is known for levels node, package, numa and gpu only, not '" + l.name + "'");
             }
             l.kind = grouping_kind::automatic;
         }

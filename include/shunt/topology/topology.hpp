@@ -2,6 +2,7 @@
 #pragma once
 
 #include <shunt/errors.hpp>
+#include <shunt/topology/gpu.hpp>
 #include <shunt/topology/hierarchy.hpp>
 #include <shunt/topology/locality.hpp>
 #include <shunt/topology/spec.hpp>
@@ -89,15 +90,26 @@ public:
         std::vector<std::int64_t> mine(nl, 0);
         bool any_auto = std::any_of(spec.levels.begin(), spec.levels.end(),
                                     [](const level_spec& l) { return l.kind == grouping_kind::automatic; });
+        const auto is_gpu = [&](std::size_t k) {
+            return spec.levels[k].kind == grouping_kind::automatic && spec.levels[k].name == "gpu";
+        };
+        bool any_gpu = false;
+        for (std::size_t k = 0; k < nl; ++k) any_gpu = any_gpu || is_gpu(k);
+        // With a gpu level, one more column: the node label, which gpu groups never cross.
+        const std::size_t nc = nl + (any_gpu ? 1 : 0);
+        mine.resize(nc, 0);
         std::int64_t node_label = 0;
         if (any_auto) node_label = discover_node(comm);
+        if (any_gpu) mine[nl] = node_label;
         std::string host;
         for (std::size_t k = 0; k < nl; ++k) {
             const level_spec& l = spec.levels[k];
             switch (l.kind) {
             case grouping_kind::automatic: {
                 domain_kind dk{};
-                if (!domain_kind_of(l.name, dk)) {
+                if (is_gpu(k)) {
+                    mine[k] = local_gpu_key();
+                } else if (!domain_kind_of(l.name, dk)) {
                     mine[k] = node_label;
                 } else {
                     int d = bound_domain(dk);
@@ -121,20 +133,29 @@ public:
         }
 
         // 2. Everyone's labels, so the decisions below are identical on every rank.
-        std::vector<std::int64_t> all(nl * static_cast<std::size_t>(size_), 0);
-        if (nl > 0)
-            SHUNT_CHECK_MPI(PMPI_Allgather(mine.data(), static_cast<int>(nl), MPI_INT64_T, all.data(),
-                                           static_cast<int>(nl), MPI_INT64_T, comm));
+        std::vector<std::int64_t> all(nc * static_cast<std::size_t>(size_), 0);
+        if (nc > 0)
+            SHUNT_CHECK_MPI(PMPI_Allgather(mine.data(), static_cast<int>(nc), MPI_INT64_T, all.data(),
+                                           static_cast<int>(nc), MPI_INT64_T, comm));
+        const auto column = [&](std::size_t k) {
+            std::vector<std::int64_t> lab(static_cast<std::size_t>(size_));
+            for (int r = 0; r < size_; ++r) lab[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r) * nc + k];
+            return lab;
+        };
+        for (std::size_t k = 0; k < nl; ++k) {
+            if (!is_gpu(k)) continue;
+            for (const std::int64_t key : column(k)) gpu_bus_ids_.push_back(pci_bus_id(key));
+            break;  // level names are unique: one gpu level at most
+        }
         std::vector<std::vector<std::int64_t>> labels;
         std::vector<std::string> names;
+        std::vector<std::size_t> gpu_levels;  // indices into labels of the kept gpu levels
         for (std::size_t k = 0; k < nl; ++k) {
             const level_spec& l = spec.levels[k];
-            std::vector<std::int64_t> lab(static_cast<std::size_t>(size_));
+            std::vector<std::int64_t> lab = column(k);
             int unknown = -1;
-            for (int r = 0; r < size_; ++r) {
-                lab[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r) * nl + k];
-                if (lab[static_cast<std::size_t>(r)] < 0 && unknown < 0) unknown = r;
-            }
+            for (int r = 0; r < size_ && unknown < 0; ++r)
+                if (lab[static_cast<std::size_t>(r)] < 0) unknown = r;
             if (unknown >= 0 && l.kind == grouping_kind::hosts) {
                 throw error("topology level '" + l.name + "': the host of rank " + std::to_string(unknown) +
                             (unknown == rank_ ? " ('" + host + "')" : std::string()) +
@@ -146,14 +167,23 @@ public:
                                  " (SLURM_TOPOLOGY_ADDR, SLURM_TOPOLOGY_ADDR_PATTERN)");
                 continue;
             }
+            if (unknown >= 0 && is_gpu(k)) {
+                notes_.push_back(l.name + ": ignored, rank " + std::to_string(unknown) + " uses no GPU" +
+                                 (current_gpu_locator() ? "" : " (no GPU locator: libshunt_gpu with CUDA not linked)"));
+                continue;
+            }
             if (unknown >= 0) {
                 notes_.push_back(l.name + ": ignored, rank " + std::to_string(unknown) + " is not bound inside one " +
                                  l.name + (have_hwloc() ? "" : " (built without hwloc)"));
                 continue;
             }
+            if (is_gpu(k)) gpu_levels.push_back(labels.size());
             labels.push_back(std::move(lab));
             names.push_back(l.name);
         }
+        // A gpu level's groups: same node, same GPU, and the same group at each kept level above.
+        for (const std::size_t g : gpu_levels)
+            labels[g] = gpu_group_labels(column(nl), labels[g], std::span(labels).subspan(g + 1));
         shunt::hierarchy described(size_, std::move(labels), std::move(names));
         for (int k = 0; k < described.levels(); ++k)
             if (described.trivial(k))
@@ -216,6 +246,9 @@ public:
     std::span<const topology_level> levels() const { return levels_; }
     /// The canonical text of the description this topology was built from.
     const std::string& spec() const { return spec_text_; }
+    /// The PCI bus id of the GPU each rank uses, in rank order ("" for none), as found for a
+    /// `gpu=auto` level; empty when the description has none.
+    std::span<const std::string> gpu_bus_ids() const { return gpu_bus_ids_; }
     /// Why described levels were left out (one line each).
     std::span<const std::string> notes() const { return notes_; }
     /// Human-readable summary: the description, each level, and the notes.
@@ -258,6 +291,7 @@ private:
     std::vector<detail::owned_comm> group_comms_, peer_comms_;
     std::vector<topology_level> levels_;
     std::vector<std::string> notes_;
+    std::vector<std::string> gpu_bus_ids_;
     mutable std::mutex selected_mutex_;
     mutable std::map<std::uint32_t, std::unique_ptr<shunt::hierarchy>> selected_;
 };

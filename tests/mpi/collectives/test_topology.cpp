@@ -1,9 +1,13 @@
-// tests/mpi/collectives/test_topology.cpp: topology descriptions, discovery, per-level communicators and their caching.
+// tests/mpi/collectives/test_topology.cpp: topology descriptions, discovery (GPU locality included), per-level communicators and their caching.
 #include "mpi_test_main.hpp"
 
+#include <shunt/topology/gpu.hpp>
+#include <shunt/topology/locality.hpp>
 #include <shunt/topology/topology.hpp>
 
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 int main(int argc, char** argv) { return run_mpi_doctest(argc, argv); }
@@ -40,9 +44,9 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
 
 TEST_CASE("descriptions parse, print back, and say what is wrong") {
     using shunt::parse_topology_spec;
-    CHECK(shunt::to_string(parse_topology_spec("")) == "package=auto;node=auto;switch=slurm");
+    CHECK(shunt::to_string(parse_topology_spec("")) == "gpu=auto;package=auto;node=auto;switch=slurm");
     for (const char* s : {"node=2", "package=1;node=2;switch=4", "node=3,1", "node=[0,1,0,1]", "node=auto;switch={a,b|c*,d}",
-                          "numa=auto;node=auto", "node=auto;leaf=slurm;spine=slurm:2"})
+                          "numa=auto;node=auto", "node=auto;leaf=slurm;spine=slurm:2", "gpu=auto;numa=auto;node=auto"})
         CHECK(shunt::to_string(parse_topology_spec(s)) == s);
     CHECK(shunt::to_string(parse_topology_spec(" node = 2 ; switch = [ 0 , 0 ] ")) == "node=2;switch=[0,0]");
     CHECK(shunt::to_string(parse_topology_spec("switch=slurm:1")) == "switch=slurm");
@@ -55,7 +59,7 @@ TEST_CASE("descriptions parse, print back, and say what is wrong") {
     try {
         parse_topology_spec("node=2;rack=auto");
     } catch (const shunt::error& e) {
-        CHECK(std::string(e.what()).find("'auto' is known for levels node, package and numa only") != std::string::npos);
+        CHECK(std::string(e.what()).find("'auto' is known for levels node, package, numa and gpu only") != std::string::npos);
     }
 }
 
@@ -229,7 +233,7 @@ TEST_CASE("discovered levels: one machine is one node") {
     CHECK(topo.describe().find("all: ") != std::string::npos);
     shunt::topology dflt(MPI_COMM_WORLD, shunt::parse_topology_spec(""));
     CHECK(dflt.groups().levels() == 0);
-    CHECK(dflt.notes().size() == 3u);  // package (unbound, or one package), node and switch (no Slurm): why each went
+    CHECK(dflt.notes().size() == 4u);  // gpu (none here), package (unbound, or one package), node, switch (no Slurm)
 }
 
 TEST_CASE("inter-communicators are left to the library") {
@@ -269,4 +273,172 @@ TEST_CASE("topology::of builds once per communicator, rebuilds for a new descrip
     // world keeps one until MPI_Finalize, which must release it cleanly
     shunt::topology::of(MPI_COMM_WORLD, "node=2");
     CHECK(shunt::topology::live() == live + 1);
+}
+
+namespace {
+
+/// A synthetic GPU per rank for the gpu level tests (the test program links no CUDA).
+std::string (*synthetic_gpu_of_rank)(int rank) = nullptr;
+std::string synthetic_locator() { return synthetic_gpu_of_rank ? synthetic_gpu_of_rank(world_rank()) : std::string(); }
+
+/// Installs a synthetic locator for one scope and takes it away after.
+struct with_synthetic_gpus {
+    explicit with_synthetic_gpus(std::string (*of)(int)) {
+        synthetic_gpu_of_rank = of;
+        shunt::set_gpu_locator(&synthetic_locator);
+    }
+    ~with_synthetic_gpus() {
+        shunt::set_gpu_locator(nullptr);
+        synthetic_gpu_of_rank = nullptr;
+    }
+};
+
+/// A bus id in CUDA's form (upper-case hex) for GPU number `gpu`.
+std::string bus(int gpu) {
+    char id[32];
+    std::snprintf(id, sizeof id, "0000:%02X:00.0", static_cast<unsigned>(gpu + 0x1a));
+    return id;
+}
+
+/// The level names and every rank's group at each level: what the planner sees.
+std::vector<std::vector<int>> tables(const shunt::hierarchy& h) {
+    std::vector<std::vector<int>> out;
+    for (int k = 0; k < h.levels(); ++k) {
+        out.emplace_back();
+        for (int r = 0; r < h.size(); ++r) out.back().push_back(h.group_of(k, r));
+    }
+    return out;
+}
+std::vector<std::string> level_names(const shunt::hierarchy& h) {
+    std::vector<std::string> out;
+    for (int k = 0; k < h.levels(); ++k) out.push_back(h.name(k));
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("PCI bus ids: CUDA's, nvidia-smi's and hwloc's forms are one key; malformed ones are none") {
+    const auto k = shunt::pci_key("0000:3B:00.0");
+    CHECK(k >= 0);
+    CHECK(shunt::pci_key("0000:3b:00.0") == k);
+    CHECK(shunt::pci_key("00000000:3B:00.0") == k);  // nvidia-smi's 8-digit domain
+    CHECK(shunt::pci_key("3b:00.0") == k);            // no domain: domain 0
+    CHECK(shunt::pci_bus_id(k) == "0000:3b:00.0");
+    CHECK(shunt::pci_key("0001:3b:00.0") != k);
+    CHECK(shunt::pci_key("0000:3b:01.0") != k);
+    CHECK(shunt::pci_key("0000:3b:00.1") != k);
+    CHECK(shunt::pci_bus_id(shunt::pci_key("abcd:ff:1f.7")) == "abcd:ff:1f.7");
+    for (const char* bad : {"", "0000:3b:00", "0000:3b:20.0", "0000:3b:00.8", "0000:3g:00.0", "x", "0000:3b:00.0 ",
+                            "000000000:3b:00.0", "0000:3b:00.0.0", ":3b:00.0"}) {
+        CAPTURE(bad);
+        CHECK(shunt::pci_key(bad) == -1);
+    }
+    CHECK(shunt::pci_bus_id(-1).empty());
+}
+
+TEST_CASE("gpu groups: same node, same GPU, and inside every level above") {
+    using v = std::vector<std::int64_t>;
+    const std::int64_t a = shunt::pci_key("0000:1a:00.0"), b = shunt::pci_key("0000:3b:00.0");
+    // 2 nodes of 4 ranks, two GPUs each with the same bus ids on both nodes: 4 groups, not 2.
+    CHECK(shunt::gpu_group_labels(v{0, 0, 0, 0, 4, 4, 4, 4}, v{a, a, b, b, a, a, b, b}) == v{0, 0, 1, 1, 2, 2, 3, 3});
+    // Non-block placement: numbered by lowest rank.
+    CHECK(shunt::gpu_group_labels(v{0, 0, 0, 0}, v{b, a, b, a}) == v{0, 1, 0, 1});
+    // A rank without a GPU has no group.
+    CHECK(shunt::gpu_group_labels(v{0, 0, 0}, v{a, -1, a}) == v{0, -1, 0});
+    // One GPU used from two packages: split by the package above, so the level nests.
+    const std::vector<v> package{v{7, 7, 9, 9}};
+    CHECK(shunt::gpu_group_labels(v{0, 0, 0, 0}, v{a, b, a, b}, package) == v{0, 1, 2, 3});
+    CHECK(shunt::gpu_group_labels(v{0, 0, 0, 0}, v{a, a, b, b}, package) == v{0, 0, 1, 1});
+    const std::vector<v> short_outer{v{1}};
+    CHECK_THROWS_AS(shunt::gpu_group_labels(v{0, 0}, v{a, a}, short_outer), shunt::error);
+    CHECK_THROWS_AS(shunt::gpu_group_labels(v{0}, v{a, a}), shunt::error);
+}
+
+TEST_CASE("without a GPU the default description gives today's levels") {
+    // No locator (this program links no CUDA), then a locator that finds no device.
+    for (bool locator : {false, true}) {
+        CAPTURE(locator);
+        std::optional<with_synthetic_gpus> none;
+        if (locator) none.emplace([](int) { return std::string(); });
+        // Today's default against the new one (""), and virtual levels with a gpu level added.
+        const std::pair<const char*, const char*> cases[] = {{"package=auto;node=auto;switch=slurm", ""},
+                                                             {"package=1;node=2", "gpu=auto;package=1;node=2"},
+                                                             {"node=2;switch=4", "gpu=auto;node=2;switch=4"}};
+        for (const auto& [before, after] : cases) {
+            CAPTURE(after);
+            std::optional<shunt::topology> old_topo, new_topo;
+            old_topo.emplace(MPI_COMM_WORLD, shunt::parse_topology_spec(before));
+            new_topo.emplace(MPI_COMM_WORLD, shunt::parse_topology_spec(after));
+            CHECK(level_names(new_topo->groups()) == level_names(old_topo->groups()));
+            CHECK(tables(new_topo->groups()) == tables(old_topo->groups()));
+            CHECK(new_topo->notes().size() == old_topo->notes().size() + 1);
+            CHECK(new_topo->describe().find("note: gpu: ignored, rank 0 uses no GPU") != std::string::npos);
+            REQUIRE(new_topo->gpu_bus_ids().size() == static_cast<std::size_t>(world_size()));
+            for (const auto& id : new_topo->gpu_bus_ids()) CHECK(id.empty());
+            CHECK(old_topo->gpu_bus_ids().empty());
+        }
+    }
+}
+
+TEST_CASE("gpu=auto groups the ranks that use one GPU, on every rank alike") {
+    const int w = world_size(), me = world_rank();
+    {
+        // GPU r/2: pairs of consecutive ranks share one.
+        with_synthetic_gpus pairs([](int r) { return bus(r / 2); });
+        shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("gpu=auto;node=auto"));
+        const auto& h = topo.groups();
+        REQUIRE(topo.gpu_bus_ids().size() == static_cast<std::size_t>(w));
+        CHECK(topo.gpu_bus_ids()[static_cast<std::size_t>(me)] == shunt::pci_bus_id(shunt::pci_key(bus(me / 2))));
+        if (w <= 2) {
+            CHECK(h.levels() == 0);  // one GPU for everyone: the level is the node's, dropped
+            CHECK(topo.describe().find(w == 1 ? "gpu: ignored, every group is a single rank"
+                                              : "gpu: ignored, its groups are those of the level above") != std::string::npos);
+        } else {
+            REQUIRE(h.levels() == 1);
+            CHECK(h.name(0) == "gpu");
+            for (int r = 0; r < w; ++r) CHECK((h.group_of(0, r) == h.group_of(0, me)) == (r / 2 == me / 2));
+            auto group = world_ranks_of(topo.levels()[0].group);
+            for (int r : group) CHECK(r / 2 == me / 2);
+        }
+    }
+    if (w >= 4) {
+        // GPU r%2, non-block: {0,2,...} and {1,3,...}.
+        with_synthetic_gpus alternate([](int r) { return bus(r % 2); });
+        shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("gpu=auto"));
+        REQUIRE(topo.groups().levels() == 1);
+        for (int r = 0; r < w; ++r) CHECK((topo.groups().group_of(0, r) == topo.groups().group_of(0, me)) == (r % 2 == me % 2));
+        // The same GPUs under virtual nodes of 2 consecutive ranks: split by node, single ranks,
+        // so the level goes (and the description does not fail to nest).
+        shunt::topology split(MPI_COMM_WORLD, shunt::parse_topology_spec("gpu=auto;node=2"));
+        CHECK(level_names(split.groups()) == std::vector<std::string>{"node"});
+        CHECK(split.describe().find("gpu: ignored, every group is a single rank") != std::string::npos);
+    }
+    if (w >= 2) {
+        // One rank without a GPU: the level is left out, with a note, on every rank.
+        with_synthetic_gpus lonely([](int r) { return r == 1 ? std::string() : bus(0); });
+        shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("gpu=auto;node=auto"));
+        CHECK(topo.groups().levels() == 0);
+        CHECK(topo.describe().find("gpu: ignored, rank 1 uses no GPU") != std::string::npos);
+    }
+    // A malformed bus id counts as none.
+    {
+        with_synthetic_gpus junk([](int) { return std::string("not-a-bus-id"); });
+        shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("gpu=auto"));
+        CHECK(topo.groups().levels() == 0);
+        CHECK(topo.describe().find("gpu: ignored, rank 0 uses no GPU") != std::string::npos);
+    }
+}
+
+TEST_CASE("hwloc places PCI devices it knows, and nothing for ids it does not") {
+    CHECK(shunt::pci_ancestor("").empty());
+    CHECK(shunt::pci_ancestor("not-a-bus-id").empty());
+    CHECK(shunt::pci_ancestor("ffff:ff:1f.7").empty());
+    // The machine's own devices: where hwloc keeps one, an ancestor "Type:index[/NUMANode:n]".
+    for (int bus = 0; bus < 4; ++bus)
+        for (int dev = 0; dev < 32; ++dev) {
+            const std::string id = shunt::pci_bus_id(std::int64_t{bus} << 8 | std::int64_t{dev} << 3);
+            const std::string where = shunt::pci_ancestor(id);
+            CAPTURE(id);
+            if (!where.empty()) CHECK(where.find(':') != std::string::npos);
+        }
 }
