@@ -7,10 +7,13 @@
 #include <shunt/gpu/memory.hpp>
 #include <shunt/gpu/pack.hpp>
 #include <shunt/log.hpp>
+#include <shunt/model/device.hpp>
 #include <shunt/pack/host.hpp>
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <map>
@@ -76,6 +79,27 @@ struct runtime::p2p_state {
     std::atomic<std::size_t> live{0};  ///< requests.size() + detached.size()
     std::atomic<std::size_t> detached_n{0};
 
+    /// Device methods the model chose, per (packed bytes, blocks, receiving), with the model
+    /// generation they were chosen at (device_method).
+    struct method_key {
+        std::int64_t bytes = 0, blocks = 0;
+        bool receive = false;
+        bool operator==(const method_key&) const = default;
+    };
+    struct method_hash {
+        std::size_t operator()(const method_key& k) const noexcept {
+            const auto h = static_cast<std::uint64_t>(k.bytes) * 0x9E3779B97F4A7C15ull ^
+                           (static_cast<std::uint64_t>(k.blocks) + 0x7F4A7C159E3779B9ull) ^ (k.receive ? 1u : 0u);
+            return static_cast<std::size_t>(h);
+        }
+    };
+    struct method_entry {
+        std::uint64_t generation = 0;
+        p2p_method method = p2p_method::staged;
+    };
+    std::mutex methods_mutex;
+    std::unordered_map<method_key, method_entry, method_hash> methods;
+
     /// Device forms per (type, count), holding the type alive so its address is not reused.
     std::mutex forms_mutex;
     std::map<std::pair<const type_info*, int>,
@@ -87,7 +111,7 @@ struct runtime::p2p_state {
 
 namespace {
 
-constexpr std::int64_t one_shot_limit = 64 * 1024;  ///< packed bytes below which ONE_SHOT beats STAGED
+constexpr std::int64_t one_shot_limit = 64 * 1024;  ///< the fixed rule's switch from ONE_SHOT to STAGED
 constexpr double p2p_margin_s = 2e-6;               ///< see plan_p2p: what shunt's packing must save
 
 bool on_device(gpu::memory_kind k) { return k == gpu::memory_kind::device || k == gpu::memory_kind::managed; }
@@ -245,10 +269,69 @@ std::int64_t deliver(const runtime::p2p_request& r, const MPI_Status& st, int er
     return n;
 }
 
-/// The device method for `bytes` packed bytes of a device buffer: handed to a CUDA-aware MPI,
-/// else one-shot below one_shot_limit and staged above; SHUNT_PACK forces one.
-p2p_method device_method(runtime::p2p_state& p, pack_choice forced, std::int64_t bytes) {
-    p2p_method m = p.cuda_aware ? p2p_method::device : bytes < one_shot_limit ? p2p_method::one_shot : p2p_method::staged;
+/// The rule that preceded the model, and what the model's choice keeps on a tie: handed to a
+/// CUDA-aware MPI, else one-shot below one_shot_limit and staged above.
+device_path fixed_device_path(bool cuda_aware, std::int64_t bytes) {
+    return cuda_aware ? device_path::device : bytes < one_shot_limit ? device_path::one_shot : device_path::staged;
+}
+
+p2p_method method_of(device_path d) {
+    return d == device_path::device ? p2p_method::device : d == device_path::one_shot ? p2p_method::one_shot
+                                                                                     : p2p_method::staged;
+}
+
+/// The device method for `bytes` packed bytes in `blocks` contiguous blocks of a device buffer,
+/// sent or received: the cheapest path by the cost model (shunt/model/device.hpp: one-shot, staged,
+/// or for a CUDA-aware MPI the device, each priced from the device tables at the measured block
+/// length nearest bytes / blocks), the fixed rule on a tie; SHUNT_PACK forces one. Decided once
+/// per (bytes, blocks, direction) and model generation (a new decision is logged under
+/// SHUNT_LOG=decide), so a warm call is one hash probe.
+p2p_method device_method(runtime::p2p_state& p, const cost_model& model, pack_choice forced, std::int64_t bytes,
+                         std::int64_t blocks, bool receive) {
+    p2p_method m = p2p_method::staged;
+    const bool fixed_by_user = forced == pack_choice::one_shot || forced == pack_choice::staged ||
+                               (forced == pack_choice::device && p.cuda_aware);
+    if (!fixed_by_user) {
+        const runtime::p2p_state::method_key key{bytes, std::max<std::int64_t>(blocks, 1), receive};
+        const std::uint64_t generation = model.generation();
+        bool cached = false;
+        {
+            const std::lock_guard lock(p.methods_mutex);
+            auto it = p.methods.find(key);
+            if (it != p.methods.end() && it->second.generation == generation) m = it->second.method, cached = true;
+        }
+        if (!cached) {
+            const double b = static_cast<double>(bytes);
+            const device_path_costs costs =
+                price_device_paths(model, b / static_cast<double>(key.blocks), b, receive, p.cuda_aware);
+            const device_path fixed = fixed_device_path(p.cuda_aware, bytes);
+            const device_path chosen = cheapest_device_path(costs, fixed, p.cuda_aware);
+            m = method_of(chosen);
+            bool is_new = false;
+            {
+                const std::lock_guard lock(p.methods_mutex);
+                if (p.methods.size() >= 4096) p.methods.clear();
+                auto [it, inserted] = p.methods.try_emplace(key);
+                is_new = inserted;
+                it->second = {generation, m};
+            }
+            if (is_new && log_enabled(log_level::debug, log_category::decide)) {
+                char device[48] = "not available";
+                if (std::isfinite(costs[device_path::device]))
+                    std::snprintf(device, sizeof device, "%.3g us", costs[device_path::device] * 1e6);
+                else if (p.cuda_aware)
+                    std::snprintf(device, sizeof device, "not priced (no p2p.<level>.dd table)");
+                log_debug(log_category::decide,
+                          "device buffer, %s %lld bytes in %lld blocks: %s (predicted one-shot %.3g us, staged %.3g us, "
+                          "device %s%s%.*s; the fixed rule: %s)",
+                          receive ? "receiving" : "sending", static_cast<long long>(bytes),
+                          static_cast<long long>(key.blocks), to_string(chosen).data(),
+                          costs[device_path::one_shot] * 1e6, costs[device_path::staged] * 1e6, device,
+                          costs.level.empty() ? "" : "; each with the library's transfer at level ",
+                          static_cast<int>(costs.level.size()), costs.level.data(), to_string(fixed).data());
+            }
+        }
+    }
     switch (forced) {
         case pack_choice::one_shot: m = p2p_method::one_shot; break;
         case pack_choice::staged: m = p2p_method::staged; break;
@@ -349,7 +432,8 @@ void runtime::start_p2p() noexcept {
 
 runtime::device_way runtime::device_way_of(const void* buf, std::int64_t bytes) noexcept {
     if (!devices_.load(std::memory_order_acquire) || !on_device(gpu::classify(buf))) return device_way::host;
-    switch (device_method(*p2p_, cfg_.pack, bytes)) {
+    // The buffer's layout is unknown here: priced as one contiguous block.
+    switch (device_method(*p2p_, *model_, cfg_.pack, bytes, 1, false)) {
         case p2p_method::device: return device_way::device;
         case p2p_method::one_shot: return device_way::one_shot;
         default: return device_way::staged;
@@ -424,7 +508,8 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
             plan.method = p2p_method::host;
         } else {
             if (dense && p2p_->cuda_aware) return pass_reason::contiguous;
-            p2p_method m = device_method(*p2p_, cfg_.pack, bytes);
+            p2p_method m = device_method(*p2p_, *model_, cfg_.pack, bytes, planner::pack_blocks(*t, count),
+                                         d == direction::recv);
             if (dense && !p2p_->cuda_aware) m = p2p_method::one_shot;  // a plain copy to pinned memory
             plan.method = m;
             plan.form = device_form_for(*p2p_, memo_, t, count, type);

@@ -1,9 +1,13 @@
 // shunt-measure: measures this machine's cost model tables (packing, copies, point-to-point per
-// locality level, collectives per algorithm on this job's topology) and writes the model file;
-// also validates predictions and decisions.
+// locality level, collectives per algorithm on this job's topology, and with a CUDA device the
+// device copies, kernel launch and device packing) and writes the model file; also validates
+// predictions and decisions.
 #include <shunt/config.hpp>
+#include <shunt/gpu/memory.hpp>
+#include <shunt/gpu/pack.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/measure.hpp>
+#include <shunt/model/measure_device.hpp>
 #include <shunt/collectives/allgather.hpp>
 #include <shunt/collectives/allreduce.hpp>
 #include <shunt/collectives/alltoall.hpp>
@@ -55,13 +59,15 @@ constexpr const char* usage_text =
     "tables; run across two nodes for the inter-node tables. At the default location the first rank\n"
     "of every node writes its node's own file (its node's copy and pack tables, and the job's\n"
     "point-to-point and collective tables as rank 0 measured them); SHUNT_MODEL or --output name one\n"
-    "file, which rank 0 writes.\n"
+    "file, which rank 0 writes. Where a CUDA device is present, the device tables (copy.h2d, copy.d2h,\n"
+    "copy.d2d, launch, pack.device.b<L>, pack.mapped.b<L>) are measured too, on the current device.\n"
     "  --quick            few sizes and short trials (default; under a minute on 2 cores)\n"
     "  --full             all sizes and block lengths, longer trials\n"
     "  --budget SECONDS   stop starting new tables after this long (what is done is saved)\n"
     "  --output FILE      write the model here instead\n"
     "  --only PREFIX      measure only the tables whose names start with PREFIX (repeatable; e.g.\n"
-    "                     copy. pack. p2p. coll.allreduce; --dry-run lists the names)\n"
+    "                     copy. pack. pack.device p2p. coll.allreduce launch; --dry-run lists the\n"
+    "                     names)\n"
     "  --force            measure every table again, replacing the file's\n"
     "  --validate         measure held-out sizes and report each table's prediction error\n"
     "  --decisions        compare the planner's pack choice with the fastest measured method\n"
@@ -121,7 +127,20 @@ struct task {
         std::uint32_t levels;
     };
     std::optional<coll_key> coll;
+    /// Needs a CUDA device: measured only by writers that have one, and a failure there skips the
+    /// table with a warning instead of failing the run.
+    bool device = false;
 };
+
+/// Measures device table `name` at `sizes` (what validate and the device tasks share).
+time_table measure_device_table(const std::string& name, std::span<const double> sizes, const timing_policy& pol) {
+    if (name == "launch") return measure_launch(sizes, pol);
+    if (name == "copy.h2d") return measure_device_copy(device_copy::h2d, sizes, pol);
+    if (name == "copy.d2h") return measure_device_copy(device_copy::d2h, sizes, pol);
+    if (name == "copy.d2d") return measure_device_copy(device_copy::d2d, sizes, pol);
+    const bool mapped = name.starts_with("pack.mapped.");
+    return measure_device_pack(mapped, std::atoll(name.c_str() + name.rfind(".b") + 2), sizes, pol);
+}
 
 /// Progress on stderr: a redrawn bar on a terminal, plain lines otherwise.
 class progress {
@@ -262,7 +281,9 @@ time_table measure_collective(coll_op op, coll_method m, const topology& topo, s
     return time_table(std::move(points));
 }
 
-std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer) {
+/// The tables to measure. `device`: some writer of the job has a CUDA device (the same on every
+/// rank, so every rank plans the same tasks).
+std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer, bool device) {
     const timing_policy pol = o.full ? full_timing() : quick_timing();
     const std::vector<std::int64_t> block_lens =
         o.full ? std::vector<std::int64_t>{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}
@@ -279,6 +300,20 @@ std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer) 
                 tasks.push_back({table_names::pack(library, unpack, l), false,
                                  [=] { return measure_pack(library, unpack, l, sizes, pol); }, std::nullopt});
             }
+    if (device) {
+        // The device's node tables: copies through pinned memory, the bare launch (over as many
+        // threads as `size`), and the pack kernels on the host pack tables' layouts and sizes.
+        const auto launch_sizes = geometric_sizes(1, 1 << 20, o.full ? 4 : 16);
+        for (const char* name : {"copy.h2d", "copy.d2h", "copy.d2d"})
+            tasks.push_back({name, false, [=, n = std::string(name)] { return measure_device_table(n, copy_sizes, pol); },
+                             std::nullopt, true});
+        tasks.push_back({"launch", false, [=] { return measure_device_table("launch", launch_sizes, pol); }, std::nullopt, true});
+        for (const bool mapped : {false, true})
+            for (const std::int64_t l : block_lens) {
+                const std::string name = table_names::device_pack(mapped, l);
+                tasks.push_back({name, false, [=] { return measure_device_table(name, pack_sizes, pol); }, std::nullopt, true});
+            }
+    }
     if (node_peer > 0)
         tasks.push_back({table_names::p2p("node", "hh"), true,
                          [=] { return measure_p2p(MPI_COMM_WORLD, 0, node_peer, p2p_sizes, pol); }, std::nullopt});
@@ -325,7 +360,7 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
     struct group {
         std::vector<double> held, drift, same_pass;
     };
-    group pack, p2p, coll;
+    group pack, p2p, coll, device;
     for (const auto& t : tasks) {
         const time_table* tbl = m.find(t.name);
         int have = tbl != nullptr;
@@ -347,6 +382,12 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         } else if (t.coll) {
             measured = measure_collective(t.coll->op, t.coll->method, topology::of(MPI_COMM_WORLD, config().topology), sizes,
                                           pol, t.coll->levels);
+        } else if (rank == 0 && t.device) {
+            try {
+                measured = measure_device_table(t.name, sizes, pol);
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "shunt-measure: warning: %s not validated: %s\n", t.name.c_str(), e.what());
+            }
         } else if (rank == 0) {
             if (t.name == "copy.memcpy") {
                 measured = measure_memcpy(sizes, pol);
@@ -370,7 +411,7 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         if (errs.empty()) continue;
         const auto drift = errors_against(*tbl, anchor_points);
         const auto same = errors_against(time_table(anchor_points), held_points);
-        auto& g = t.name.rfind("p2p.", 0) == 0 ? p2p : t.name.rfind("coll.", 0) == 0 ? coll : pack;
+        auto& g = t.device ? device : t.name.rfind("p2p.", 0) == 0 ? p2p : t.name.rfind("coll.", 0) == 0 ? coll : pack;
         g.held.insert(g.held.end(), errs.begin(), errs.end());
         g.drift.insert(g.drift.end(), drift.begin(), drift.end());
         g.same_pass.insert(g.same_pass.end(), same.begin(), same.end());
@@ -386,6 +427,7 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
                     g.same_pass.empty() ? 0.0 : median(g.same_pass));
     };
     summary("pack+copy", pack);
+    summary("device", device);
     summary("p2p", p2p);
     summary("collectives", coll);
 }
@@ -481,7 +523,7 @@ int main(int argc, char** argv) {
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int status = 0;
     try {
-        const model_identity me = current_identity();
+        const model_identity me = current_identity(gpu::current_device_name());
         const job_layout job = find_layout();
         // The default location names the host, so each node keeps a file of its own: every node's
         // first rank measures its node's tables (copies, packing) and writes its node's file, with
@@ -513,14 +555,19 @@ int main(int argc, char** argv) {
             else if (!r.missing)
                 std::fprintf(stderr, "shunt-measure: warning: %s; starting a new model\n", r.problem.c_str());
         }
-        const auto tasks = plan_tasks(o, job.node_peer, job.network_peer);
+        // Device tables where a writer has a device (device_available prints nothing and never
+        // fails: without CUDA, a driver or a device it is false and they are not planned).
+        const int my_device = writer && gpu::device_available();
+        int any_device = 0;
+        PMPI_Allreduce(&my_device, &any_device, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        const auto tasks = plan_tasks(o, job.node_peer, job.network_peer, any_device != 0);
         struct todo_item {
             const task* t;
             bool mine;  ///< this rank's file lacks the table (or --force)
         };
         std::vector<todo_item> todo;
         for (const auto& t : tasks) {
-            const int mine = writer && o.selects(t.name) && (o.force || !model.measured(t.name));
+            const int mine = writer && o.selects(t.name) && (o.force || !model.measured(t.name)) && (!t.device || my_device);
             int need = 0;
             PMPI_Allreduce(&mine, &need, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
             if (need) todo.push_back({&t, mine != 0});
@@ -539,6 +586,15 @@ int main(int argc, char** argv) {
                 if (t->collective) {
                     time_table tbl = share_from_rank0(t->run());
                     if (writer) model.set(t->name, std::move(tbl));
+                } else if (mine && t->device) {
+                    // A device that fails one table (out of memory, a driver error) costs that
+                    // table, not the run: the model falls back to the analytic default for it.
+                    try {
+                        time_table tbl = t->run();
+                        if (!tbl.empty()) model.set(t->name, std::move(tbl));
+                    } catch (const std::exception& e) {
+                        std::fprintf(stderr, "shunt-measure: warning: %s not measured: %s\n", t->name.c_str(), e.what());
+                    }
                 } else if (mine) {
                     model.set(t->name, t->run());
                 }
@@ -575,6 +631,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "shunt-measure: error: %s\n", e.what());
         status = 1;
     }
+    gpu::release_pools();  // the device tables' blocks, while CUDA is still up
     int worst = status;
     PMPI_Allreduce(&status, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Finalize();

@@ -20,14 +20,29 @@ namespace shunt {
 
 /// Names of the model's tables. Every table maps a size in bytes to seconds.
 ///   pack.<shunt|library>.b<L>, unpack.<shunt|library>.b<L>  host (un)packing of L-byte blocks
-///   copy.memcpy                                                host memory copy
-///   copy.<h2d|d2h|d2d>, launch                                  device copies, kernel launch
-///   p2p.<package|node|network>.<hh|hd|dh|dd>                   point-to-point ping-pong half round trip
-///   coll.<op>.<algorithm>.<level>                              one collective algorithm at one level
-///   compress.<name>.<cpu|gpu>                                  compressor throughput
+///   copy.memcpy                                             host memory copy
+///   copy.<h2d|d2h|d2d>                                      device copies (pinned host memory), with their
+///                                                           stream synchronisation
+///   launch                                                  an empty kernel over `size` threads, launch and
+///                                                           synchronisation
+///   pack.<device|mapped>.b<L>                               device kernel packing L-byte blocks into device
+///                                                           memory, or into mapped pinned host memory, with
+///                                                           its stream synchronisation (serves unpacking too)
+///   p2p.<package|node|network>.<hh|hd|dh|dd>                point-to-point ping-pong half round trip
+///   coll.<op>.<algorithm>.<level>                           one collective algorithm at one level
+///   compress.<name>.<cpu|gpu>                               compressor throughput
 namespace table_names {
 inline std::string pack(bool library, bool unpack, std::int64_t block_len) {
     return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" + std::to_string(block_len);
+}
+/// pack.device.b<L> (`mapped` false) or pack.mapped.b<L>.
+inline std::string device_pack(bool mapped, std::int64_t block_len) {
+    return std::string(mapped ? "pack.mapped" : "pack.device") + ".b" + std::to_string(block_len);
+}
+/// True for the host packers' tables, pack.<shunt|library>.b<L> and unpack.<shunt|library>.b<L>.
+inline bool is_host_pack(std::string_view name) {
+    const bool pack = name.starts_with("pack.") || name.starts_with("unpack.");
+    return pack && (name.find(".shunt.b") != std::string_view::npos || name.find(".library.b") != std::string_view::npos);
 }
 inline std::string p2p(std::string_view level, std::string_view buffers) {
     return "p2p." + std::string(level) + "." + std::string(buffers);
@@ -49,6 +64,13 @@ struct analytic_params {
     double shunt_block_s = 0.6e-9;
     double pcie_bytes_per_s = 25e9, pcie_latency_s = 8e-6;
     double device_bytes_per_s = 2e12, launch_s = 5e-6;
+    /// A kernel's stores into mapped pinned host memory: write-combined over PCIe, well below the
+    /// copy engine's rate. With the values above this puts the analytic crossover of one-shot
+    /// (pack into mapped memory) and staged (pack on the device, then copy) near 64 KiB, where
+    /// the fixed rule that preceded the model switched.
+    double mapped_bytes_per_s = 6e9;
+    /// The device reads the typed buffer in sectors of this many bytes.
+    double device_sector = 32;
     struct level {
         double latency_s, bytes_per_s;
     };
@@ -140,6 +162,8 @@ public:
         if (starts("copy.d2d")) return p.launch_s + size / p.device_bytes_per_s;
         if (starts("copy.")) return p.pcie_latency_s + size / p.pcie_bytes_per_s;
         if (starts("launch")) return p.launch_s;
+        if (starts("pack.device.") || starts("pack.mapped."))
+            return analytic_device_pack(starts("pack.mapped."), pack_block_len(name), size);
         if (starts("pack.") || starts("unpack.")) {
             const bool library = name.find(".library.") != std::string_view::npos;
             return analytic_pack(library, pack_block_len(name), size);
@@ -165,6 +189,48 @@ public:
                        : p.shunt_call_s + blocks * p.shunt_block_s + bytes / p.memcpy_bytes_per_s;
     }
 
+    /// The analytic device pack time: a launch and its synchronisation, the typed buffer read in
+    /// whole sectors and the packed bytes written, at the device's copy rate (which counts each
+    /// byte read and written once); into mapped memory the stores cross PCIe instead.
+    double analytic_device_pack(bool mapped, double block_len, double bytes) const {
+        const auto& p = params_;
+        block_len = std::max(1.0, block_len);
+        const double blocks = bytes / block_len;
+        const double read = blocks * std::ceil(block_len / p.device_sector) * p.device_sector;
+        const double on_device = 0.5 * (read + bytes) / p.device_bytes_per_s;
+        return p.launch_s + (mapped ? std::max(on_device, bytes / p.mapped_bytes_per_s) : on_device);
+    }
+
+    /// The measured block length nearest `block_len` (in log scale; the smaller on a tie) among
+    /// the non-empty tables named `prefix` + L, or 0 when there is none. Walks the tables: for
+    /// callers that cache what they decide from it.
+    double nearest_block_len(std::string_view prefix, double block_len) const {
+        block_len = std::max(1.0, block_len);
+        double best = 0, best_d = 0;
+        for (auto it = tables_.lower_bound(prefix); it != tables_.end() && std::string_view(it->first).starts_with(prefix);
+             ++it) {
+            if (it->second.empty()) continue;
+            const double l = std::strtod(it->first.c_str() + prefix.size(), nullptr);
+            if (!(l > 0)) continue;
+            const double d = std::fabs(std::log(l / block_len));
+            if (best == 0 || d < best_d || (d == best_d && l < best)) best = l, best_d = d;
+        }
+        return best;
+    }
+
+    /// Seconds to pack `bytes` as blocks of `block_len` bytes with the device kernel into device
+    /// memory (`mapped` false) or mapped pinned host memory, including the stream synchronisation:
+    /// the table of the nearest measured block length (pack.<device|mapped>.b<L>), else the
+    /// analytic model at `block_len`. Unpacking runs the same kernels the other way and is
+    /// predicted by the same tables.
+    double predict_device_pack(bool mapped, double block_len, double bytes) const {
+        const std::string prefix = mapped ? "pack.mapped.b" : "pack.device.b";
+        const double l = nearest_block_len(prefix, block_len);
+        if (l > 0) return predict(table_names::device_pack(mapped, std::llround(l)), bytes);
+        return analytic_device_pack(mapped, block_len, bytes) *
+               correction(table_names::device_pack(mapped, std::llround(std::max(1.0, block_len))), bytes);
+    }
+
 private:
     /// The block length L of a pack table name (pack.<who>.b<L>), 1 when it names none.
     static double pack_block_len(std::string_view name) {
@@ -173,8 +239,7 @@ private:
     }
     // The uncorrected prediction an observation is compared with; pack tables interpolate.
     double raw_for_observe(std::string_view name, double size) const {
-        const bool pack = name.substr(0, 5) == "pack." || name.substr(0, 7) == "unpack.";
-        if (!pack || find(name)) return raw(name, size);
+        if (!table_names::is_host_pack(name) || find(name)) return raw(name, size);
         const bool library = name.find(".library.") != std::string_view::npos;
         return raw_pack(library, name.substr(0, 7) == "unpack.", pack_block_len(name), size);
     }
