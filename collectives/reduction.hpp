@@ -3,9 +3,12 @@
 
 #include <shunt/errors.hpp>
 
+#include <atomic>
 #include <climits>
 #include <complex>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 
@@ -160,6 +163,36 @@ inline std::int64_t dense_size(MPI_Datatype type) {
     return static_cast<std::int64_t>(size);
 }
 
+/// True unless the library's MPI_MIN / MPI_MAX orders `t`'s values otherwise than its C type
+/// does. Some libraries do: MPICH 4.0.2 compares every unsigned integer type as signed, Open MPI
+/// 4.1.4 MPI_UNSIGNED_LONG. There shunt combines through PMPI_Reduce_local, so that integer
+/// results stay the library's bit for bit. Probed once per unsigned type and op (the largest
+/// value against 1); any other type or op: true.
+inline bool library_orders_as_c(MPI_Datatype t, MPI_Op op) {
+    if (op != MPI_MIN && op != MPI_MAX) return true;
+    const MPI_Datatype unsigned_types[] = {MPI_UNSIGNED_CHAR, MPI_UINT8_T,  MPI_UNSIGNED_SHORT,     MPI_UINT16_T,
+                                           MPI_UNSIGNED,      MPI_UINT32_T, MPI_UNSIGNED_LONG,      MPI_UNSIGNED_LONG_LONG,
+                                           MPI_UINT64_T};
+    constexpr std::size_t n = sizeof unsigned_types / sizeof unsigned_types[0];
+    std::size_t k = 0;
+    while (k < n && unsigned_types[k] != t) ++k;
+    if (k == n) return true;
+    // 0: not probed yet, 1: as C, 2: otherwise (probing twice at once is harmless).
+    static std::atomic<unsigned char> known[2][n] = {};
+    std::atomic<unsigned char>& slot = known[op == MPI_MAX ? 1 : 0][k];
+    if (const unsigned char v = slot.load(std::memory_order_relaxed); v != 0) return v == 1;
+    bool as_c = true;
+    with_c_type(t, [&]<class C>() {
+        if constexpr (std::is_unsigned_v<C>) {
+            const C big = std::numeric_limits<C>::max();
+            C io = 1;
+            as_c = PMPI_Reduce_local(&big, &io, 1, t, op) == MPI_SUCCESS && io == (op == MPI_MAX ? big : C{1});
+        }
+    });
+    slot.store(as_c ? 1 : 2, std::memory_order_relaxed);
+    return as_c;
+}
+
 }  // namespace detail
 
 /// A reduction of MPI data (datatype and op) as the collective algorithms use it: whole
@@ -178,6 +211,10 @@ public:
         if (op == MPI_OP_NULL) throw unsupported("reduction: MPI_OP_NULL");
         if (detail::is_predefined_op(op)) {
             kernel_ = detail::predefined_kernel(type, op);
+            if (kernel_ && !detail::library_orders_as_c(type, op)) {
+                kernel_ = nullptr;  // PMPI_Reduce_local combines, as the library would
+                return;
+            }
             if (!kernel_ && !((op == MPI_MINLOC || op == MPI_MAXLOC) && detail::is_pair_type(type)))
                 throw unsupported("reduction: no kernel for this predefined operation and type");
         } else {
