@@ -59,6 +59,11 @@ int main(int argc, char** argv) {
 
         for (int way = 0; way < 4; ++way) {  // device to device, host to device, device to host, in place
             const bool sdev = way != 1, rdev = way != 2, in_place = way == 3;
+#if defined(MPICH_VERSION)
+            // MPICH 4.0.2 itself (host buffers, no shunt) crashes in the large in-place calls of
+            // this sequence (MPI_Reduce at root 1 from 4096 elements, for one): in place, small only.
+            if (in_place && n > 100) continue;
+#endif
             char what[128];
             const auto name = [&](const char* op) {
                 std::snprintf(what, sizeof what, "%s of %d elements, way %d", op, n, way);

@@ -94,8 +94,18 @@ void compare(const char* what, std::size_t send_bytes, std::size_t recv_bytes, b
     const std::size_t n = std::min(defined, got.size());
     if (const auto diff = std::mismatch(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n), rhost.begin());
         diff.first != got.begin() + static_cast<std::ptrdiff_t>(n)) {
-        std::fprintf(stderr, "%s rank %d: %s: device result differs from the library's at byte %td of %zu\n", program,
-                     rank, what, diff.first - got.begin(), n);
+        const std::ptrdiff_t at = diff.first - got.begin();
+        unsigned g = 0, want = 0, before = 0;  // the 4-byte word there: got, the library's, the initial
+        const std::size_t w = static_cast<std::size_t>(at) / 4 * 4;
+        if (w + 4 <= got.size()) {
+            std::memcpy(&g, got.data() + w, 4);
+            std::memcpy(&want, rhost.data() + w, 4);
+            std::memcpy(&before, rinit.data() + w, 4);
+        }
+        std::fprintf(stderr,
+                     "%s rank %d: %s: device result differs from the library's at byte %td of %zu (word there: got %u, "
+                     "library %u, before the call %u)\n",
+                     program, rank, what, at, n, g, want, before);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     ++checked;
