@@ -30,25 +30,31 @@ inline bool domain_kind_of(std::string_view level_name, domain_kind& out) {
 
 namespace detail {
 #if defined(SHUNT_HAVE_HWLOC) && SHUNT_HAVE_HWLOC
+/// An hwloc topology of this machine, loaded by its constructor (with PCI devices and bridges,
+/// the important ones, when `with_io`); `topo` is nullptr when loading failed.
+struct hwloc_holder {
+    hwloc_topology_t topo = nullptr;
+    explicit hwloc_holder(bool with_io) {
+        if (hwloc_topology_init(&topo) != 0) {
+            topo = nullptr;
+            return;
+        }
+        if ((with_io && hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0) ||
+            hwloc_topology_load(topo) != 0) {
+            hwloc_topology_destroy(topo);
+            topo = nullptr;
+        }
+    }
+    hwloc_holder(const hwloc_holder&) = delete;
+    hwloc_holder& operator=(const hwloc_holder&) = delete;
+    ~hwloc_holder() {
+        if (topo) hwloc_topology_destroy(topo);
+    }
+};
+
 /// The machine's hwloc topology, loaded once per process (thread-safe), or nullptr on failure.
 inline hwloc_topology_t local_hwloc_topology() {
-    struct holder {
-        hwloc_topology_t topo = nullptr;
-        holder() {
-            if (hwloc_topology_init(&topo) != 0) {
-                topo = nullptr;
-                return;
-            }
-            if (hwloc_topology_load(topo) != 0) {
-                hwloc_topology_destroy(topo);
-                topo = nullptr;
-            }
-        }
-        ~holder() {
-            if (topo) hwloc_topology_destroy(topo);
-        }
-    };
-    static holder h;
+    static hwloc_holder h(false);
     return h.topo;
 }
 
@@ -56,24 +62,7 @@ inline hwloc_topology_t local_hwloc_topology() {
 /// once per process on first use (thread-safe), or nullptr on failure. Apart from
 /// local_hwloc_topology, so that finding packages never pays for scanning the PCI bus.
 inline hwloc_topology_t local_hwloc_io_topology() {
-    struct holder {
-        hwloc_topology_t topo = nullptr;
-        holder() {
-            if (hwloc_topology_init(&topo) != 0) {
-                topo = nullptr;
-                return;
-            }
-            if (hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0 ||
-                hwloc_topology_load(topo) != 0) {
-                hwloc_topology_destroy(topo);
-                topo = nullptr;
-            }
-        }
-        ~holder() {
-            if (topo) hwloc_topology_destroy(topo);
-        }
-    };
-    static holder h;
+    static hwloc_holder h(true);
     return h.topo;
 }
 #endif
