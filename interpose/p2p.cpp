@@ -173,14 +173,7 @@ gpu::pool_block acquire(const runtime::p2p_plan& plan) {
     return gpu::pool_acquire(kind, static_cast<std::size_t>(std::max<std::int64_t>(plan.bytes, 1)));
 }
 
-/// Scoped pool block: released on every path.
-struct scoped_block {
-    gpu::pool_block b;
-    explicit scoped_block(gpu::pool_block blk) : b(blk) {}
-    ~scoped_block() { gpu::pool_release(b); }
-    scoped_block(const scoped_block&) = delete;
-    scoped_block& operator=(const scoped_block&) = delete;
-};
+using gpu::scoped_block;  // pool blocks released on every path
 
 /// Packs the application's buffer into `out` by plan's method; one stream synchronisation.
 void pack_into(const runtime::p2p_plan& plan, const void* buf, void* out) {

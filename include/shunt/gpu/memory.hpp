@@ -70,6 +70,15 @@ pool_block pool_acquire(pool_kind kind, std::size_t bytes);
 /// caller must have finished every stream operation on it.
 void pool_release(const pool_block& b) noexcept;
 
+/// A pool block given back to its pool when this goes out of scope (an empty block: nothing).
+struct scoped_block {
+    pool_block b;
+    explicit scoped_block(pool_block blk) : b(blk) {}
+    ~scoped_block() { pool_release(b); }
+    scoped_block(const scoped_block&) = delete;
+    scoped_block& operator=(const scoped_block&) = delete;
+};
+
 /// Frees every cached block of both pools and frees blocks given back afterwards: what shunt
 /// calls at shutdown (MPI_Finalize) so that no pool memory is left behind. Idempotent.
 void release_pools() noexcept;

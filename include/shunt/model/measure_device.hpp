@@ -22,21 +22,6 @@
 
 namespace shunt {
 
-namespace detail {
-/// A block from one of libshunt_gpu's pools, given back by the destructor.
-class pool_hold {
-public:
-    pool_hold(gpu::pool_kind kind, std::size_t bytes) : b_(gpu::pool_acquire(kind, bytes)) {}
-    ~pool_hold() { gpu::pool_release(b_); }
-    pool_hold(const pool_hold&) = delete;
-    pool_hold& operator=(const pool_hold&) = delete;
-    void* get() const { return b_.ptr; }
-
-private:
-    gpu::pool_block b_;
-};
-}  // namespace detail
-
 /// The direction of a device copy table: copy.h2d, copy.d2h or copy.d2d.
 enum class device_copy : std::uint8_t { h2d, d2h, d2d };
 
@@ -51,9 +36,10 @@ inline time_table measure_device_copy(device_copy c, std::span<const double> siz
     time_table t;
     for (double size : sizes) {
         const auto n = static_cast<std::size_t>(size);
-        const detail::pool_hold src(c == device_copy::h2d ? gpu::pool_kind::pinned : gpu::pool_kind::device, n);
-        const detail::pool_hold dst(c == device_copy::d2h ? gpu::pool_kind::pinned : gpu::pool_kind::device, n);
-        const auto e = time_call([&] { gpu::copy(dst.get(), src.get(), n, nullptr); gpu::synchronize(nullptr); }, p);
+        const auto src_kind = c == device_copy::h2d ? gpu::pool_kind::pinned : gpu::pool_kind::device;
+        const auto dst_kind = c == device_copy::d2h ? gpu::pool_kind::pinned : gpu::pool_kind::device;
+        const gpu::scoped_block src(gpu::pool_acquire(src_kind, n)), dst(gpu::pool_acquire(dst_kind, n));
+        const auto e = time_call([&] { gpu::copy(dst.b.ptr, src.b.ptr, n, nullptr); gpu::synchronize(nullptr); }, p);
         t.set({size, e.value, e.spread});
     }
     return t;
@@ -84,18 +70,19 @@ inline time_table measure_device_pack(bool mapped, std::int64_t block_len, std::
         const type_info info = decode(vt.get());
         const gpu::device_form form(gpu::flat_form(info.form, info.extent, 1));
         const auto span = static_cast<std::size_t>(vt.span()), packed = static_cast<std::size_t>(vt.packed());
-        const detail::pool_hold typed(gpu::pool_kind::device, span);
-        const detail::pool_hold out(mapped ? gpu::pool_kind::pinned : gpu::pool_kind::device, packed);
+        const gpu::scoped_block typed(gpu::pool_acquire(gpu::pool_kind::device, span));
+        const gpu::scoped_block out(
+            gpu::pool_acquire(mapped ? gpu::pool_kind::pinned : gpu::pool_kind::device, packed));
         {  // defined contents (the time does not depend on them)
             std::vector<std::byte> init(span);
             for (std::size_t i = 0; i < init.size(); ++i) init[i] = static_cast<std::byte>(i * 7);
-            const detail::pool_hold staging(gpu::pool_kind::pinned, span);
-            std::memcpy(staging.get(), init.data(), span);
-            gpu::copy(typed.get(), staging.get(), span, nullptr);
+            const gpu::scoped_block staging(gpu::pool_acquire(gpu::pool_kind::pinned, span));
+            std::memcpy(staging.b.ptr, init.data(), span);
+            gpu::copy(typed.b.ptr, staging.b.ptr, span, nullptr);
             gpu::synchronize(nullptr);
         }
         std::int64_t done = 0;
-        const auto e = time_call([&] { done = gpu::pack(form, typed.get(), out.get(), nullptr); gpu::synchronize(nullptr); }, p);
+        const auto e = time_call([&] { done = gpu::pack(form, typed.b.ptr, out.b.ptr, nullptr); gpu::synchronize(nullptr); }, p);
         if (done != vt.packed())
             throw error("the device kernel packed " + std::to_string(done) + " of " + std::to_string(vt.packed()) + " bytes");
         t.set({static_cast<double>(vt.packed()), e.value, e.spread});
