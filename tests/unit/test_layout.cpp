@@ -531,7 +531,7 @@ struct guarded {
 
 }  // namespace
 
-TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane permutes") {
+TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane permutes and AVX2 shuffles") {
     // rows_lanes moves groups of 64 / len rows a vector at a time. The typed rows end where a
     // guard page begins, so a load past the last row's end (into the gap that would follow it)
     // faults; the packed stream ends at one too. Row counts give whole groups, whole groups but
@@ -570,7 +570,29 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
                         std::memcpy(back.data(), typed.data, span);
                         CHECK(c.wrong_after_unpack(back) == 0);
                     }
+                    // The AVX2 packs, called directly: a CPU with AVX-512 never reaches them
+                    // through pack_host.
+                    if (__builtin_cpu_supports("avx2") && ((len == 1 && ratio == 2) || len == 2)) {
+                        std::memset(packed.data, 0, c.expect.size());
+                        std::memcpy(typed.data, c.typed.data(), span);
+                        if (len == 1)
+                            shunt::detail::rows_lanes_avx2<1, 2>(typed.data, packed.data, rows);
+                        else
+                            (ratio == 2 ? shunt::detail::rows_lanes_avx2<2, 2> : shunt::detail::rows_lanes_avx2<2, 4>)(
+                                typed.data, packed.data, rows);
+                        CHECK(std::memcmp(packed.data, c.expect.data(), c.expect.size()) == 0);
+                    }
 #endif
+                    // Byte rows unpack from 8-byte loads where no AVX-512 VBMI path takes them.
+                    if (len == 1) {
+                        std::fill(back.begin(), back.end(), strided_rows::gap);
+                        std::memcpy(typed.data, back.data(), span);
+                        std::memcpy(packed.data, c.expect.data(), c.expect.size());
+                        (ratio == 2 ? shunt::detail::unpack_bytes<2> : shunt::detail::unpack_bytes<4>)(typed.data, packed.data,
+                                                                                                      rows);
+                        std::memcpy(back.data(), typed.data, span);
+                        CHECK(c.wrong_after_unpack(back) == 0);
+                    }
                 }
             }
     }
