@@ -428,12 +428,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* bloc
     return packed;
 }
 
-/// True when this CPU has the AVX-512 subsets blocks_masked uses (decided once) and the tests
-/// have not switched the path off (masked_blocks_allowed).
-inline bool masked_blocks_available() {
+/// True when this CPU has the AVX-512 subsets blocks_masked uses (decided once), whatever the
+/// tests allow.
+inline bool cpu_has_masked_blocks() {
     static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
-    return ok && masked_blocks_allowed.load(std::memory_order_relaxed);
+    return ok;
+}
+
+/// True when this CPU has the AVX-512 subsets blocks_masked uses and the tests have not switched
+/// the path off (masked_blocks_allowed).
+inline bool masked_blocks_available() {
+    return cpu_has_masked_blocks() && masked_blocks_allowed.load(std::memory_order_relaxed);
 }
 
 /// The lane indices of rows_lanes for rows of L bytes every R * L bytes: `pack` picks every R-th
@@ -578,9 +584,7 @@ inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stri
 /// vector paths off (masked_blocks_allowed): packs of 1- and 2-byte rows then gather with AVX2
 /// shuffles, which the x86-64 baseline that shunt is compiled for does not have.
 inline bool avx2_rows_available() {
-    static const bool ok = __builtin_cpu_supports("avx2") &&
-                           !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2"));
+    static const bool ok = __builtin_cpu_supports("avx2") && !cpu_has_masked_blocks();
     return ok && masked_blocks_allowed.load(std::memory_order_relaxed);
 }
 
@@ -701,15 +705,6 @@ inline void rows_const(std::byte* typed, std::byte* packed, std::int64_t n) {
     }
 }
 
-/// Tiny blocks at two or four times their length, when both buffers are aligned to the block.
-template <bool Pack, std::int64_t L>
-inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
-    if ((reinterpret_cast<std::uintptr_t>(typed) | reinterpret_cast<std::uintptr_t>(packed)) % L != 0) return false;
-    if (stride == 2 * L) return rows_const<Pack, L, 2 * L>(typed, packed, n), true;
-    if (stride == 4 * L) return rows_const<Pack, L, 4 * L>(typed, packed, n), true;
-    return false;
-}
-
 /// Unpacks n byte rows S bytes apart (S 2 or 4) from 8-byte loads of the packed stream, one
 /// byte store per row from a shifted register; only the rows' bytes are written. For rows_const
 /// the compiler (x86-64 baseline) extracted every byte from a vector register: on an AMD EPYC
@@ -728,6 +723,21 @@ inline void unpack_bytes(std::byte* typed, const std::byte* packed, std::int64_t
         }
     }
     for (; i < n; ++i, typed += S, ++packed) *typed = *packed;
+}
+
+/// Tiny blocks at two or four times their length, when both buffers are aligned to the block
+/// (byte rows unpack by unpack_bytes).
+template <bool Pack, std::int64_t L>
+inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
+    if constexpr (!Pack && L == 1) {
+        if (stride == 2) return unpack_bytes<2>(typed, packed, n), true;
+        if (stride == 4) return unpack_bytes<4>(typed, packed, n), true;
+        return false;
+    }
+    if ((reinterpret_cast<std::uintptr_t>(typed) | reinterpret_cast<std::uintptr_t>(packed)) % L != 0) return false;
+    if (stride == 2 * L) return rows_const<Pack, L, 2 * L>(typed, packed, n), true;
+    if (stride == 4 * L) return rows_const<Pack, L, 4 * L>(typed, packed, n), true;
+    return false;
 }
 
 /// n rows of len bytes through the C library's memcpy, a call per row (the length is not a
@@ -833,8 +843,6 @@ inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride
         window_rows_available())
         return rows_window<Pack>(typed, packed, stride, n, len);
 #endif
-    if (!Pack && len == 1 && n >= 16 && (stride == 2 || stride == 4))
-        return stride == 2 ? unpack_bytes<2>(typed, packed, n) : unpack_bytes<4>(typed, packed, n);
     if (!Pack && tiny()) return;
     switch (len) {
         case 1: return rows_fixed<Pack, 1>(typed, packed, stride, n);
