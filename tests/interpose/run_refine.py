@@ -13,7 +13,11 @@ the library (the model's decision, in the SHUNT_LOG=decide line):
   model;
 - with the default SHUNT_PACK=auto, the planner measures the layout on its first calls: the
   decide log must show shunt's packer chosen from measured times, and no more calls than the
-  measuring takes (two warm-ups and the planner's trials) may reach the library.
+  measuring takes (two warm-ups and the planner's trials) may reach the library. A first verdict
+  closer than 2x is measured again eight calls later (the planner's second look): then twice
+  that many calls may reach the library. Where shunt's packer is not 2x faster than the library
+  on a layout's first, cold calls (MPICH's byte-row unpack on a Zen 3, 1.1-2.1x) the second look
+  is the rule, not a fault.
 - the same with pack_loop's "vary" mode, where nearly every call packs a new count of the same
   layout (56-64 KiB, one class of the planner's): the class is measured once, and again no more
   calls than the measuring takes may reach the library, although the model prefers it for every
@@ -102,7 +106,9 @@ def main():
                     fail(f"{name}: {op}: the crafted model must first send the calls to the library", p)
                 measured = re.search(rf"decide: {op} of {shape} over \d+ bytes\): "
                                      r"shunt's host packer \(measured library [0-9.e+-]+ us, shunt's host packer "
-                                     r"[0-9.e+-]+ us\)", p.stderr)
+                                     r"[0-9.e+-]+ us(; second look)?\)", p.stderr)
+                looks = 2 if re.search(rf"decide: {op} of {shape} over \d+ bytes\): .*; a second look follows\)",
+                                       p.stderr) else 1
                 if (measured is None) == (pack == "auto"):
                     fail(f"{name}: {op}: the layout must {'' if pack == 'auto' else 'not '}be measured", p)
                 m = re.search(rf"{op} (\d+) \(shunt (\d+), \d+ bytes; library (\d+)\)", p.stderr)
@@ -113,8 +119,9 @@ def main():
                     fail(f"{name}: {op}: the report's counts do not add up", p)
                 if pack == "model" and by_shunt < calls // 2:
                     fail(f"{op}: refinement must move most calls to shunt's packer: {by_shunt} of {calls} by shunt", p)
-                if pack == "auto" and library > 2 + MEASURE_TRIALS:
-                    fail(f"{op}: measuring must send at most {2 + MEASURE_TRIALS} calls to the library, not {library}", p)
+                if pack == "auto" and library > looks * (2 + MEASURE_TRIALS):
+                    fail(f"{op}: measuring ({looks} look(s)) must send at most {looks * (2 + MEASURE_TRIALS)} calls "
+                         f"to the library, not {library}", p)
                 how = "refined" if pack == "model" else "measured"
                 print(f"{name}: {op} started on the library (the model's choice), {how}: {by_shunt} of "
                       f"{calls} calls by shunt's packer")
