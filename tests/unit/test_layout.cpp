@@ -675,3 +675,97 @@ TEST_CASE("host packer: irregular blocks and odd-length long rows touch their ow
     }
     shunt::detail::masked_blocks_allowed = true;
 }
+
+TEST_CASE("host packer: small irregular blocks across separate mappings, whole and windowed") {
+    // Without AVX-512, lists of short blocks pack by over-wide moves (blocks_overwide): each
+    // block of up to 32 bytes is one 16 or 32-byte load and store. The loads must not cross from
+    // a block's page into the next, which here is a guard page: the list's first part lies in one
+    // mapping, its last block ending where that mapping's guard page begins, and its second part
+    // in another mapping (as with absolute addresses from MPI_BOTTOM). Many blocks start in the
+    // last 32 bytes of a page. The stores must stay inside the packed bytes of their pass: the
+    // stream ends at a guard page, and so does each window of it. With and without AVX-512.
+    std::uint64_t seed = 777;
+    const auto next = [&](std::int64_t n) {
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        return static_cast<std::int64_t>((seed >> 33) % static_cast<std::uint64_t>(n));
+    };
+    for (const std::int64_t longest : {15, 31, 47})
+    for (const bool closed : {true, false}) {
+        const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+        guarded first(8 * page), second(2 * page);
+        const std::int64_t apart = second.data - first.data;  // may be negative
+        std::vector<block> blocks;
+        // First mapping: blocks up to its end, crowding each page's last 32 bytes.
+        std::int64_t at = 0;
+        while (true) {
+            const std::int64_t len = 1 + next(longest);
+            std::int64_t gap = 1 + next(24);
+            const std::int64_t in_page = (at + gap) % static_cast<std::int64_t>(page);
+            if (next(20) == 0 && in_page < static_cast<std::int64_t>(page) - 40)
+                gap += static_cast<std::int64_t>(page) - 32 + next(31) - in_page;  // into the last 32 bytes
+            if (at + gap + len + 40 > static_cast<std::int64_t>(8 * page)) break;
+            at += gap;
+            blocks.push_back({at, len});
+            at += len;
+        }
+        const std::int64_t closing = 1 + next(longest);
+        blocks.push_back({static_cast<std::int64_t>(8 * page) - closing, closing});  // ends at the guard
+        const std::size_t in_first = blocks.size();
+        for (at = next(16); at < static_cast<std::int64_t>(2 * page) - 64;) {
+            const std::int64_t len = 1 + next(longest);
+            blocks.push_back({apart + at, len});
+            at += len + 1 + next(24);
+        }
+        // Closed: the list's last block ends at the second guard page too. Open: it ends
+        // mid-page, where only the packed stream's end bounds the last blocks' stores.
+        const std::int64_t closing2 = 1 + next(longest);
+        if (closed) blocks.push_back({apart + static_cast<std::int64_t>(2 * page) - closing2, closing2});
+        // Source bytes and the expected stream.
+        for (std::size_t i = 0; i < 8 * page; ++i) first.data[i] = static_cast<std::byte>(i * 7 + 1);
+        for (std::size_t i = 0; i < 2 * page; ++i) second.data[i] = static_cast<std::byte>(i * 13 + 5);
+        std::vector<std::byte> expect;
+        for (const block& b : blocks)
+            for (std::int64_t k = 0; k < b.length; ++k) expect.push_back(first.data[b.offset + k]);
+        const auto size = static_cast<std::int64_t>(expect.size());
+        REQUIRE(size <= shunt::detail::overwide_mean_bytes * static_cast<std::int64_t>(blocks.size()));
+        REQUIRE(in_first > 50);
+        std::size_t near_end = 0;  // blocks of the first mapping whose 32-byte load would cross a page
+        for (std::size_t i = 0; i < in_first; ++i)
+            near_end += blocks[i].offset % static_cast<std::int64_t>(page) > static_cast<std::int64_t>(page) - 32;
+        REQUIRE(near_end >= 4);
+        const layout form{{}, blocks};
+        // Two passes too (an hvector of the list, the second pass at the same bytes: a zero
+        // stride), so that a pass's over-wide stores could reach into the next pass's bytes.
+        const layout twice = shunt::make_hvector(2, 1, 0, form, 1);
+        for (const bool masked : {true, false}) {
+            shunt::detail::masked_blocks_allowed = masked;
+            CAPTURE(masked);
+            CAPTURE(longest);
+            CAPTURE(closed);
+            {
+                guarded packed(expect.size());
+                CHECK(shunt::pack_host(form, 1, 1, first.data, packed.data) == size);
+                CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
+            }
+            {
+                guarded packed(2 * expect.size());
+                CHECK(shunt::pack_host(twice, 1, 1, first.data, packed.data) == 2 * size);
+                CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
+                CHECK(std::memcmp(packed.data + size, expect.data(), expect.size()) == 0);
+            }
+            for (const std::int64_t from : {std::int64_t{0}, std::int64_t{1}, size / 3, size - 40})
+                for (const std::int64_t bytes : {std::int64_t{1}, std::int64_t{33}, size / 2, 2 * size - from}) {
+                    CAPTURE(from);
+                    CAPTURE(bytes);
+                    const std::int64_t got = std::min(bytes, 2 * size - from);
+                    guarded packed(static_cast<std::size_t>(got));
+                    CHECK(shunt::pack_host(twice, 1, 1, first.data, packed.data, from, bytes) == got);
+                    std::int64_t wrong = 0;
+                    for (std::int64_t k = 0; k < got; ++k)
+                        wrong += packed.data[k] != expect[static_cast<std::size_t>((from + k) % size)];
+                    CHECK(wrong == 0);
+                }
+        }
+        shunt::detail::masked_blocks_allowed = true;
+    }
+}
