@@ -50,20 +50,39 @@ with tempfile.TemporaryDirectory() as tmp:
     # again beside the held-out ones, are off by more than 25%), the held-out sizes are judged
     # against a table of that same pass instead, so that a drifting 2-core box is not mistaken
     # for a wrong model, while a wrong interpolation still fails.
-    def sane(what, bound=60):
+    # A group judged not sane is validated again, up to twice, on the complete model (nothing left
+    # to measure, so the run only validates): a burst of load from a neighbour on a shared CI box
+    # can spoil one pass of nine ping-pong sizes (seen once: CI, stop 27), but a wrong model fails
+    # every pass. Each verdict names the figures it was judged on.
+    validations = [p.stdout]
+    def sane_in(out, what, bound):
         m = re.search(r"validate " + re.escape(what) +
-                      r" median_ape=([\d.]+)% points=\d+ drift=([\d.]+)% same_pass_ape=([\d.]+)%", p.stdout)
+                      r" median_ape=([\d.]+)% points=\d+ drift=([\d.]+)% same_pass_ape=([\d.]+)%", out)
         if m is None:
-            return False
+            return False, "no validation line"
         ape, drift, same = map(float, m.groups())
-        return ape < bound or (drift > 25 and same < bound)
-    check(sane("pack+copy"), "pack/copy prediction error on held-out sizes is sane")
-    check(sane("p2p"), "point-to-point prediction error on held-out sizes is sane")
+        return ape < bound or (drift > 25 and same < bound), m.group(0)
+    def sane(what, bound=60):
+        seen = []
+        for attempt in range(3):
+            if attempt == len(validations):
+                v = run(["--quick", "--output", model, "--validate"])
+                validations.append(v.stdout if v.returncode == 0 else "")
+            ok, line = sane_in(validations[attempt], what, bound)
+            seen.append(line)
+            if ok:
+                break
+        return ok, f"{what} ({'; '.join(seen)})"
+    ok, line = sane("pack+copy")
+    check(ok, "pack/copy prediction error on held-out sizes is sane: " + line)
+    ok, line = sane("p2p")
+    check(ok, "point-to-point prediction error on held-out sizes is sane: " + line)
     m = re.search(r"decisions fastest=(\d+)/(\d+) worst_slowdown=([\d.]+)", p.stdout)
     check(m is not None and int(m.group(1)) >= int(m.group(2)) // 2 and float(m.group(3)) < 3,
           "pack decisions mostly pick the fastest method")
 
-    check(sane("collectives", 100), "collective prediction error on held-out sizes is reported")
+    ok, line = sane("collectives", 100)
+    check(ok, "collective prediction error on held-out sizes is reported: " + line)
     m = re.search(r"collective decisions fastest=(\d+)/(\d+) worst_slowdown=([\d.]+)", p.stdout)
     check(m is not None and int(m.group(2)) == 18, "collective decisions are compared with both methods measured")
 
