@@ -753,6 +753,35 @@ TEST_CASE("host packer: small irregular blocks across separate mappings, whole a
                 CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
                 CHECK(std::memcmp(packed.data + size, expect.data(), expect.size()) == 0);
             }
+            {
+                // Unpacked back into mappings of `gap` bytes: the blocks come back, the gaps stay
+                // (blocks_unpack_short where AVX-512 is absent).
+                constexpr std::byte gap{0xa5};
+                std::vector<std::byte> keep_first(first.data, first.data + 8 * page),
+                    keep_second(second.data, second.data + 2 * page);
+                std::memset(first.data, static_cast<int>(gap), 8 * page);
+                std::memset(second.data, static_cast<int>(gap), 2 * page);
+                guarded packed(expect.size());
+                std::memcpy(packed.data, expect.data(), expect.size());
+                CHECK(shunt::unpack_host(form, 1, 1, packed.data, first.data) == size);
+                std::vector<char> inside(10 * page, 0);  // first's bytes, then second's
+                for (const block& b : blocks)
+                    for (std::int64_t k = 0; k < b.length; ++k) {
+                        const std::int64_t o = b.offset + k;
+                        inside[static_cast<std::size_t>(o >= 0 && o < static_cast<std::int64_t>(8 * page)
+                                                            ? o
+                                                            : 8 * static_cast<std::int64_t>(page) + o - apart)] = 1;
+                    }
+                std::int64_t wrong = 0;
+                for (std::size_t i = 0; i < 10 * page; ++i) {
+                    const std::byte got = i < 8 * page ? first.data[i] : second.data[i - 8 * page];
+                    const std::byte was = i < 8 * page ? keep_first[i] : keep_second[i - 8 * page];
+                    wrong += got != (inside[i] ? was : gap);
+                }
+                CHECK(wrong == 0);
+                std::memcpy(first.data, keep_first.data(), 8 * page);
+                std::memcpy(second.data, keep_second.data(), 2 * page);
+            }
             for (const std::int64_t from : {std::int64_t{0}, std::int64_t{1}, size / 3, size - 40})
                 for (const std::int64_t bytes : {std::int64_t{1}, std::int64_t{33}, size / 2, 2 * size - from}) {
                     CAPTURE(from);
@@ -768,4 +797,24 @@ TEST_CASE("host packer: small irregular blocks across separate mappings, whole a
         }
         shunt::detail::masked_blocks_allowed = true;
     }
+}
+
+TEST_CASE("host packer: unpack_short writes exactly the block, for every length from 1 to 16") {
+    // Four 4-byte moves at spread offsets (lengths 4-16) or three byte moves (1-3): together they
+    // must cover the block and never touch the byte before or after it.
+    constexpr std::byte gap{0x3c};
+    for (std::int64_t len = 1; len <= 16; ++len)
+        for (std::int64_t shift = 0; shift < 4; ++shift) {
+            CAPTURE(len);
+            CAPTURE(shift);
+            std::vector<std::byte> packed(16), typed(40, gap);
+            for (std::int64_t k = 0; k < 16; ++k) packed[static_cast<std::size_t>(k)] = static_cast<std::byte>(k + 1);
+            shunt::detail::unpack_short(typed.data() + 8 + shift, packed.data(), len);
+            std::int64_t wrong = 0;
+            for (std::int64_t i = 0; i < 40; ++i) {
+                const std::int64_t k = i - 8 - shift;
+                wrong += typed[static_cast<std::size_t>(i)] != (k >= 0 && k < len ? static_cast<std::byte>(k + 1) : gap);
+            }
+            CHECK(wrong == 0);
+        }
 }

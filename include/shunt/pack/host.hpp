@@ -250,6 +250,52 @@ inline std::byte* blocks_overwide(const block* b, std::size_t n, std::uintptr_t 
     return packed;
 }
 
+/// Unpacks one block of 1-16 bytes with stores that never leave it and one length test: a block
+/// of 4 bytes or more is four 4-byte moves at 0, (len - 4) / 3, 2 (len - 4) / 3 and len - 4
+/// (each within 4 bytes of the one before, so together they cover the block; where they
+/// overlap they write the same bytes), a shorter one three byte moves at 0, len / 2 and len - 1.
+/// copy_small instead tests the length three times, and for irregular lengths mispredicts
+/// about one test a block.
+inline void unpack_short(std::byte* typed, const std::byte* packed, std::int64_t len) {
+    if (len >= 4) {
+        const std::int64_t r = len - 4, third = (r * 86) >> 8, two_thirds = (r * 171) >> 8;  // r <= 12
+        std::uint32_t a, b, c, d;
+        std::memcpy(&a, packed, 4);
+        std::memcpy(&b, packed + third, 4);
+        std::memcpy(&c, packed + two_thirds, 4);
+        std::memcpy(&d, packed + r, 4);
+        std::memcpy(typed, &a, 4);
+        std::memcpy(typed + third, &b, 4);
+        std::memcpy(typed + two_thirds, &c, 4);
+        std::memcpy(typed + r, &d, 4);
+    } else {
+        const std::byte x = packed[0], y = packed[len >> 1], z = packed[len - 1];
+        typed[0] = x;
+        typed[len >> 1] = y;
+        typed[len - 1] = z;
+    }
+}
+
+/// Unpacks a block list by unpack_short where its blocks are 16 bytes or shorter (copy_small
+/// otherwise). On a Zen 3, against the copy_small loop, interleaved in one process, lists of
+/// irregular blocks (lengths uniform in 1 to 2m - 1, as bench-pack's indexed family) unpacked
+/// 1.8-1.9x as fast for m = 8 in 1 and 16 MiB (1.0x in 64 KiB, whose list the predictor
+/// learns), 1.1-1.5x for m = 16-64, but 0.91-0.99x for m = 128 and 512 in 16 MiB: blocks_all
+/// takes it where blocks average short_unpack_mean_bytes or less.
+inline constexpr std::int64_t short_unpack_mean_bytes = 64;
+
+inline void blocks_unpack_short(const block* b, std::size_t n, std::uintptr_t base, const std::byte* packed) {
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int64_t len = b[i].length;
+        std::byte* typed = at(base, b[i].offset);
+        if (len <= 16)
+            unpack_short(typed, packed, len);
+        else
+            copy_small(typed, packed, len);
+        packed += len;
+    }
+}
+
 /// Moves one block between the typed buffer and the packed stream.
 template <bool Pack>
 inline void move_block(std::byte* typed, std::byte* packed, std::int64_t n) {
@@ -998,6 +1044,9 @@ inline std::byte* blocks_all(const pack_program& p, std::uintptr_t base, std::by
     if constexpr (Pack) {
         if (p.block_bytes() <= overwide_mean_bytes * static_cast<std::int64_t>(n))
             return blocks_overwide(b, n, base, packed, p.block_bytes());
+    } else if (p.block_bytes() <= short_unpack_mean_bytes * static_cast<std::int64_t>(n)) {
+        blocks_unpack_short(b, n, base, packed);
+        return packed + p.block_bytes();
     }
     for (std::size_t i = 0; i < n; ++i) {
         move_block<Pack>(at(base, b[i].offset), packed, b[i].length);
