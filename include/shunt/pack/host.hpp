@@ -976,12 +976,17 @@ inline constexpr std::int64_t prefetch_batch = 16;
 /// 16-64-byte rows and of 512-byte rows, 1.03-1.25x of 128-256-byte rows 4 rows apart, 0.96-1.12x
 /// of the rest (1-8 bytes 512 B apart and 128-256 bytes 2 rows apart), and 1.13-1.41x in 16 MiB
 /// objects of 128-512-byte rows; in 16 MiB of 16-64-byte rows they ran 0.78-0.99x, hence the
-/// exception.
+/// exception. That exception holds only where AVX-512 is (the Zen 4): on a Zen 3 (AVX2, no
+/// AVX-512, a 32 MiB L3), rows_direct against rows_prefetched in one process, interleaved, best
+/// of 60, unpacked 1-120-byte rows 64-512 B apart in 64 KiB, 1 MiB and 16 MiB of payload (26
+/// shapes) 0.94-1.42x as fast, median 1.08 (1- and 2-byte rows 512 B apart in 64 KiB 1.24-1.42x,
+/// 16-byte rows in 1 MiB 1.15-1.37x; 8-byte rows 64 B apart in 16 MiB 0.94x, 64-byte rows 256 B
+/// apart in 1 MiB 0.97x): without AVX-512 no row prefetches off Intel.
 inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len, bool stream_stores) {
     if (stream_stores || stride < 64 || stride <= len || n <= 2 * prefetch_batch) return false;
     const double span = static_cast<double>(n) * static_cast<double>(stride);
     if (tuned_as_intel()) return span >= double(std::int64_t{1} << 20);
-    return len < 128 && span >= double(pack_program::streaming_bytes);
+    return len < 128 && span >= double(pack_program::streaming_bytes) && cpu_has_masked_blocks();
 }
 
 /// rows_direct in batches of prefetch_batch rows, each batch copied after the lines of the next
