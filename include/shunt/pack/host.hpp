@@ -284,7 +284,7 @@ inline void unpack_short(std::byte* typed, const std::byte* packed, std::int64_t
 /// takes it where blocks average short_unpack_mean_bytes or less.
 inline constexpr std::int64_t short_unpack_mean_bytes = 64;
 
-inline void blocks_unpack_short(const block* b, std::size_t n, std::uintptr_t base, const std::byte* packed) {
+inline std::byte* blocks_unpack_short(const block* b, std::size_t n, std::uintptr_t base, std::byte* packed) {
     for (std::size_t i = 0; i < n; ++i) {
         const std::int64_t len = b[i].length;
         std::byte* typed = at(base, b[i].offset);
@@ -294,6 +294,7 @@ inline void blocks_unpack_short(const block* b, std::size_t n, std::uintptr_t ba
             copy_small(typed, packed, len);
         packed += len;
     }
+    return packed;
 }
 
 /// Moves one block between the typed buffer and the packed stream.
@@ -1050,8 +1051,7 @@ inline std::byte* blocks_all(const pack_program& p, std::uintptr_t base, std::by
         if (p.block_bytes() <= overwide_mean_bytes * static_cast<std::int64_t>(n))
             return blocks_overwide(b, n, base, packed, p.block_bytes());
     } else if (p.block_bytes() <= short_unpack_mean_bytes * static_cast<std::int64_t>(n)) {
-        blocks_unpack_short(b, n, base, packed);
-        return packed + p.block_bytes();
+        return blocks_unpack_short(b, n, base, packed);
     }
     for (std::size_t i = 0; i < n; ++i) {
         move_block<Pack>(at(base, b[i].offset), packed, b[i].length);
