@@ -606,9 +606,10 @@ TEST_CASE("host packer: irregular blocks and odd-length long rows touch their ow
     // vectors and a masked tail, from align_stores_from bytes after a masked head up to the
     // destination's alignment), unpacking far-apart blocks after prefetching the lines of the
     // block 16 ahead. Blocks of 1-300 bytes at gaps of 1-40, blocks of 1-700 bytes at gaps of
-    // 256-855 (lengths mostly no multiple of 64), and rows of 65-700 bytes 7 bytes apart, with and
-    // without the AVX-512 paths: the typed buffer and the packed stream end where a guard page
-    // begins, and the gaps must keep their bytes after an unpack.
+    // 256-855 (lengths mostly no multiple of 64), and rows of 65-4000 bytes 7 bytes apart (from
+    // libc_rows_from, off Intel, one memcpy call per row), with and without the AVX-512 paths:
+    // the typed buffer and the packed stream end where a guard page begins, and the gaps must
+    // keep their bytes after an unpack.
     constexpr std::byte gap{0x5a};
     std::uint64_t seed = 12345;
     const auto next = [&](std::int64_t n) {
@@ -648,7 +649,7 @@ TEST_CASE("host packer: irregular blocks and odd-length long rows touch their ow
     REQUIRE(close.size() >= 64);
     REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(close.data(), close.size()));
     REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(forms[8].blocks.data(), 63));
-    for (const std::int64_t len : {65, 100, 127, 129, 200, 255, 256, 263, 511, 700}) forms.push_back(shunt::make_hvector(50, len, len + 7, byte_form, 1));
+    for (const std::int64_t len : {65, 100, 127, 129, 200, 255, 256, 263, 384, 511, 700, 1000, 4000}) forms.push_back(shunt::make_hvector(50, len, len + 7, byte_form, 1));
     for (const bool masked : {true, false}) {
         shunt::detail::masked_blocks_allowed = masked;
         for (std::size_t f = 0; f < forms.size(); ++f) {

@@ -885,6 +885,22 @@ inline bool sparse_gather(std::int64_t stride, std::int64_t n, std::int64_t len)
     return span >= static_cast<double>(lo) && span <= static_cast<double>(hi);
 }
 
+/// Off Intel, rows of this many bytes or more that no AVX-512 loop takes (rows_wide) go through
+/// rows_libc instead of rows_fixed or copy_chunks. On an AMD EPYC (Zen 3, AVX2 only), in loops of
+/// their own, best of 80 interleaved trials, glibc's copy per row against the 16-byte moves of
+/// copy_chunks (rows 1.05-4 row lengths apart, 64 KiB and 1 MiB, packing and unpacking):
+/// - rows of 256-1024 bytes, typed rows and packed stream at six alignments (cache-line aligned,
+///   16, 8 and 40 bytes off, one side only off), 336 shapes: median 1.12x, 0.88-1.61x, 59 below
+///   1.0x and 17 below 0.95x; 256-byte rows alone 1.14x (120 shapes), 512-byte rows 2 apart in
+///   1 MiB 1.09-1.54x;
+/// - rows of 448-4000 bytes, cache-line aligned, 384 shapes: median 1.08x, 0.89-1.68x (the
+///   slowest 4000- and 1536-byte rows nearly touching);
+/// - rows of 320 bytes 0.97x (48 shapes), 264-352 0.97-1.16x: a tie, left to the calls with the
+///   rest; rows of 128 bytes 0.75x, hence the threshold.
+/// From pack_program::streaming_bytes both took the calls already. Intel keeps the inline moves,
+/// which the Xeon measured faster.
+inline constexpr std::int64_t libc_rows_from = 256;
+
 /// True where rows_window beats one fixed move per row, from sweeps of every len < stride for
 /// strides 8, 16 and 32 over 64 KiB and 1 MiB of rows. On the Xeon (tuned_as_intel()), when
 /// rows_window made a byte compress per window (not swept with its permute): the compress paid
@@ -938,6 +954,7 @@ inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride
         return rows_window<Pack>(typed, packed, stride, n, len);
 #endif
     if (!Pack && tiny()) return;
+    if (len >= libc_rows_from && !tuned_as_intel()) return rows_libc<Pack>(typed, packed, stride, n, len);
     switch (len) {
         case 1: return rows_fixed<Pack, 1>(typed, packed, stride, n);
         case 2: return rows_fixed<Pack, 2>(typed, packed, stride, n);
