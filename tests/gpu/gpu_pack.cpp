@@ -86,6 +86,17 @@ private:
         if (failures_.size() < 8) failures_.push_back(std::move(what));
     }
     void sync() { need(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
+    // Copies to the device and fills go on the test's stream, ahead of the kernels they feed:
+    // the stream is non-blocking, so nothing orders a cudaMemcpy or cudaMemset (legacy stream)
+    // before its kernels, and a cudaMemcpy from pageable memory may return before its DMA lands
+    // (one device unpack in 18,746 cases once compared against bytes the copy wrote after it).
+    void put(void* dev, const void* src, std::int64_t n) {
+        need(cudaMemcpyAsync(dev, src, static_cast<std::size_t>(n), cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync");
+        sync();
+    }
+    void set(void* dev, int value, std::size_t n) {
+        need(cudaMemsetAsync(dev, value, n, s_), "cudaMemsetAsync");
+    }
     std::vector<unsigned char> read(const unsigned char* dev, std::int64_t n) {
         std::vector<unsigned char> v(static_cast<std::size_t>(n));
         need(cudaMemcpy(v.data(), dev, v.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -112,7 +123,7 @@ private:
         host.fill(r_.next());
         const std::int64_t bytes = host.bytes();
         std::byte* dev_mem = a_.typed + shift;
-        need(cudaMemcpy(dev_mem, host.data(), static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice), "cudaMemcpy");
+        put(dev_mem, host.data(), bytes);
         const std::uintptr_t dev_origin = reinterpret_cast<std::uintptr_t>(dev_mem) + static_cast<std::uintptr_t>(host.index_of(0));
         const void* origin = reinterpret_cast<const void*>(dev_origin);
 
@@ -124,7 +135,7 @@ private:
         // Whole pack, output at a random alignment, sentinels after it.
         const std::int64_t oshift = r_.range(0, 16);
         unsigned char* out = a_.out + oshift;
-        need(cudaMemset(out, sentinel, static_cast<std::size_t>(total) + 16), "cudaMemset");
+        set(out, sentinel, static_cast<std::size_t>(total) + 16);
         const std::int64_t wrote = shunt::gpu::pack(df, origin, out, s_, 0, total + r_.range(0, 9));
         sync();
         if (wrote != total || read(out, total + 16) != ref) fail("device pack differs from pack_host" + at);
@@ -135,7 +146,7 @@ private:
             const std::int64_t first = r_.range(0, total), len = r_.range(0, total - first + 4);
             std::vector<unsigned char> want(static_cast<std::size_t>(total) + 16, sentinel);
             const std::int64_t n_want = shunt::pack_host(info_.form, extent, count, host.origin(), want.data(), first, len);
-            need(cudaMemset(out, sentinel, static_cast<std::size_t>(total) + 16), "cudaMemset");
+            set(out, sentinel, static_cast<std::size_t>(total) + 16);
             const std::int64_t n = shunt::gpu::pack(df, origin, out, s_, first, len);
             sync();
             if (n != n_want || read(out, total + 16) != want)
@@ -152,8 +163,8 @@ private:
             std::vector<unsigned char> want(static_cast<std::size_t>(total + size1) + 8, sentinel);
             shunt::pack_host(info_.form, extent, count, host.origin(), want.data());
             shunt::pack_host(info_.form, extent, 1, host.origin(), want.data() + total);
-            need(cudaMemset(a_.out, sentinel, want.size()), "cudaMemset");
-            need(cudaMemset(a_.out2, sentinel, static_cast<std::size_t>(total) + 16), "cudaMemset");
+            set(a_.out, sentinel, want.size());
+            set(a_.out2, sentinel, static_cast<std::size_t>(total) + 16);
             const shunt::gpu::device_input in[3] = {
                 {&df, origin, a_.out}, {&df1, origin, a_.out + total}, {&df, origin, a_.out2 + 3}};
             shunt::gpu::pack_fused(in, s_);
@@ -182,13 +193,13 @@ private:
         // Unpack, whole and windows, into the device copy; the whole buffer must match.
         if (!shunt_test::distinct(shunt_test::layout_positions(info_.form, extent, count))) return;
         ++st_.unpacks;
-        need(cudaMemcpy(out, ref.data(), static_cast<std::size_t>(total), cudaMemcpyHostToDevice), "cudaMemcpy");
+        put(out, ref.data(), total);
         for (int w = 0; w < 2; ++w) {
             const std::int64_t first = w == 0 ? 0 : r_.range(0, total);
             const std::int64_t len = w == 0 ? total : r_.range(0, total - first + 4);
             const std::uint64_t before = r_.next();
             host.fill(before);
-            need(cudaMemcpy(dev_mem, host.data(), static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice), "cudaMemcpy");
+            put(dev_mem, host.data(), bytes);
             const std::int64_t n_want = shunt::unpack_host(info_.form, extent, count, ref.data() + first, host.origin(), first, len);
             const std::int64_t n = shunt::gpu::unpack(df, out + first, const_cast<void*>(origin), s_, first, len);
             sync();
@@ -203,7 +214,7 @@ private:
             ++st_.fused_unpacks;
             const std::uint64_t before = r_.next();
             host.fill(before);
-            need(cudaMemcpy(dev_mem, host.data(), static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice), "cudaMemcpy");
+            put(dev_mem, host.data(), bytes);
             shunt::unpack_host(info_.form, extent, count, ref.data(), host.origin());
             const shunt::gpu::device_output items[1] = {{&df, out, const_cast<void*>(origin)}};
             shunt::gpu::unpack_fused(items, s_);
