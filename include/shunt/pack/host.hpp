@@ -760,6 +760,21 @@ inline void copy_chunks(std::byte* dst, const std::byte* src, std::int64_t n) {
     if (i < n) std::memcpy(dst + n - 64, src + n - 64, 64);
 }
 
+/// n rows of len bytes through the C library's memcpy, a call per row (the length is not a
+/// constant, so the compiler cannot expand it). For data that streams from memory its copy,
+/// which loads a whole row before it stores, keeps more misses in flight than inline moves:
+/// 16 MiB objects of 128-512-byte rows packed 10-25% faster here than with copy_wide.
+template <bool Pack>
+[[gnu::noinline]] void rows_libc(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
+                                 std::int64_t len) {
+    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
+        if constexpr (Pack)
+            std::memcpy(packed, typed, static_cast<std::size_t>(len));
+        else
+            std::memcpy(typed, packed, static_cast<std::size_t>(len));
+    }
+}
+
 template <bool Pack>
 inline void rows_any(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
     if (len <= 16) {
@@ -772,12 +787,7 @@ inline void rows_any(std::byte* typed, std::byte* packed, std::int64_t stride, s
                 copy_chunks(typed, packed, len);
         }
     } else {
-        for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
-            if constexpr (Pack)
-                std::memcpy(packed, typed, static_cast<std::size_t>(len));
-            else
-                std::memcpy(typed, packed, static_cast<std::size_t>(len));
-        }
+        rows_libc<Pack>(typed, packed, stride, n, len);
     }
 }
 
@@ -832,21 +842,6 @@ inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, 
     if (stride == 2 * L) return rows_const<Pack, L, 2 * L>(typed, packed, n), true;
     if (stride == 4 * L) return rows_const<Pack, L, 4 * L>(typed, packed, n), true;
     return false;
-}
-
-/// n rows of len bytes through the C library's memcpy, a call per row (the length is not a
-/// constant, so the compiler cannot expand it). For data that streams from memory its copy,
-/// which loads a whole row before it stores, keeps more misses in flight than inline moves:
-/// 16 MiB objects of 128-512-byte rows packed 10-25% faster here than with copy_wide.
-template <bool Pack>
-[[gnu::noinline]] void rows_libc(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
-                                 std::int64_t len) {
-    for (std::int64_t i = 0; i < n; ++i, typed += stride, packed += len) {
-        if constexpr (Pack)
-            std::memcpy(packed, typed, static_cast<std::size_t>(len));
-        else
-            std::memcpy(typed, packed, static_cast<std::size_t>(len));
-    }
 }
 
 /// True where the rules below keep the figures of the Xeon (Sapphire Rapids class) they were
