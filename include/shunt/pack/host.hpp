@@ -809,33 +809,42 @@ inline void rows_const(std::byte* typed, std::byte* packed, std::int64_t n) {
     }
 }
 
-/// Unpacks n byte rows S bytes apart (S 2 or 4) from 8-byte loads of the packed stream, one
-/// byte store per row from a shifted register; only the rows' bytes are written. For rows_const
-/// the compiler (x86-64 baseline) extracted every byte from a vector register: on an AMD EPYC
-/// (Zen 3, AVX2 only), in loops of their own over 64 KiB (two runs) and 1 MiB, the 8-byte loads
-/// unpacked 1.6-2.2x (stride 2) and 1.9-3x (stride 4) as fast. CPUs with AVX-512 VBMI take
-/// rows_window before this; others with AVX-512 (no VBMI) take this unmeasured.
-template <std::int64_t S>
-inline void unpack_bytes(std::byte* typed, const std::byte* packed, std::int64_t n) {
+/// Unpacks n rows of L bytes (1 or 2), S bytes apart (S 2 or 4 times L), from 8-byte loads of
+/// the packed stream, eight rows an iteration, one L-byte store per row from a shifted register;
+/// only the rows' bytes are written. For rows_const the compiler (x86-64 baseline) extracted
+/// every row from a vector register: on an AMD EPYC (Zen 3, AVX2 only), in loops of their own
+/// over 64 KiB (two runs) and 1 MiB, the 8-byte loads unpacked byte rows 1.6-2.2x (stride 2) and
+/// 1.9-3x (stride 4) as fast; 2-byte rows (two loads an iteration), best of 60 interleaved trials,
+/// three runs, 1.12-1.47x at stride 4 in 64 KiB and 1 MiB (1.01-1.09x in 16 MiB), and at stride 8
+/// 0.96-1.12x, median 1.01x, a tie taken with the rest (one load per four rows had run 0.66-0.88x,
+/// sixteen rows an iteration 0.78-1.18x). CPUs with AVX-512 take rows_window or rows_lanes before
+/// this; those without VBMI take it for byte rows unmeasured.
+template <std::int64_t L, std::int64_t S>
+inline void unpack_narrow(std::byte* typed, const std::byte* packed, std::int64_t n) {
+    static_assert((L == 1 || L == 2) && (S == 2 * L || S == 4 * L));
+    using row = std::conditional_t<L == 1, std::uint8_t, std::uint16_t>;
     std::int64_t i = 0;
     if constexpr (std::endian::native == std::endian::little) {
-        for (; i + 8 <= n; i += 8, packed += 8, typed += 8 * S) {
-            std::uint64_t w;
-            std::memcpy(&w, packed, 8);
+        for (; i + 8 <= n; i += 8, packed += 8 * L, typed += 8 * S) {
+            std::uint64_t w[L];
+            std::memcpy(w, packed, 8 * L);
 #pragma GCC unroll 8
-            for (int k = 0; k < 8; ++k) typed[k * S] = static_cast<std::byte>(w >> (8 * k));
+            for (int k = 0; k < 8; ++k) {
+                const row r = static_cast<row>(w[k * L / 8] >> (8 * L * k % 64));
+                std::memcpy(typed + k * S, &r, L);
+            }
         }
     }
-    for (; i < n; ++i, typed += S, ++packed) *typed = *packed;
+    for (; i < n; ++i, typed += S, packed += L) std::memcpy(typed, packed, L);
 }
 
 /// Tiny blocks at two or four times their length, when both buffers are aligned to the block
-/// (byte rows unpack by unpack_bytes).
+/// (rows of 1 and 2 bytes unpack by unpack_narrow).
 template <bool Pack, std::int64_t L>
 inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
-    if constexpr (!Pack && L == 1) {
-        if (stride == 2) return unpack_bytes<2>(typed, packed, n), true;
-        if (stride == 4) return unpack_bytes<4>(typed, packed, n), true;
+    if constexpr (!Pack && (L == 1 || L == 2)) {
+        if (stride == 2 * L) return unpack_narrow<L, 2 * L>(typed, packed, n), true;
+        if (stride == 4 * L) return unpack_narrow<L, 4 * L>(typed, packed, n), true;
         return false;
     }
     if ((reinterpret_cast<std::uintptr_t>(typed) | reinterpret_cast<std::uintptr_t>(packed)) % L != 0) return false;
