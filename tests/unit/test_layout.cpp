@@ -587,15 +587,16 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
 #endif
                     // Rows of 1 and 2 bytes unpack from 8-byte loads where no AVX-512 path takes
                     // them, called directly (with AVX-512 pack_host never reaches them), from a
-                    // packed stream at its own alignment and one byte off it.
+                    // packed stream at its own alignment and one byte off it, ending where a
+                    // guard page begins (a load past the stream's end faults).
                     if (len <= 2) {
                         for (const std::size_t off : {0, 1}) {
                             CAPTURE(off);
-                            std::vector<std::byte> stream(c.expect.size() + 1);
-                            std::memcpy(stream.data() + off, c.expect.data(), c.expect.size());
+                            guarded stream(c.expect.size() + off);
+                            std::memcpy(stream.data + off, c.expect.data(), c.expect.size());
                             std::fill(back.begin(), back.end(), strided_rows::gap);
                             std::memcpy(typed.data, back.data(), span);
-                            const std::byte* in = stream.data() + off;
+                            const std::byte* in = stream.data + off;
                             if (len == 1)
                                 (ratio == 2 ? shunt::detail::unpack_narrow<1, 2> : shunt::detail::unpack_narrow<1, 4>)(
                                     typed.data, in, rows);
