@@ -4,6 +4,8 @@
 #include <shunt/datatype/cache.hpp>
 #include <shunt/datatype/type_info.hpp>
 
+#include "per_thread.hpp"
+
 #include <mpi.h>
 
 #include <array>
@@ -11,9 +13,6 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <new>
-
-#include <pthread.h>
 
 namespace shunt::detail {
 
@@ -21,18 +20,12 @@ namespace shunt::detail {
 /// committed, duplicated or freed anywhere since the answer was memoised: every such event calls
 /// changed(), which advances a generation the memo compares. A hit costs no lock and no
 /// reference count; the memo's own reference keeps the answer alive until replaced. The table
-/// lives on the heap behind trivially destructible thread-local state and is freed at thread exit
-/// by a pthread key destructor (exit() runs none: the main thread's stays valid through exit).
+/// is the thread's per_thread object.
 /// Memoising "unknown" answers too spares the library query find() makes for an unknown handle.
 /// One instance per process: the runtime's, never destroyed.
 class type_memo {
 public:
-    explicit type_memo(const type_cache& cache) noexcept : cache_(cache) {
-        have_key_ = pthread_key_create(&key_, [](void* p) noexcept {
-                        delete static_cast<table*>(p);
-                        table_ = nullptr;
-                    }) == 0;
-    }
+    explicit type_memo(const type_cache& cache) noexcept : cache_(cache) {}
     type_memo(const type_memo&) = delete;
     type_memo& operator=(const type_memo&) = delete;
 
@@ -66,11 +59,9 @@ private:
         std::array<entry, 16> entries;
     };
 
-    static inline thread_local table* table_ = nullptr;
-
     const entry* lookup(MPI_Datatype t) {
         const std::uint64_t gen = generation_.load(std::memory_order_acquire);
-        table* tab = mine();
+        table* tab = tables_.get();
         if (tab == nullptr) return nullptr;
         entry& e = tab->entries[slot_of(t)];
         if (e.generation != gen || e.handle != t) {
@@ -87,21 +78,9 @@ private:
         return static_cast<std::size_t>((h * 0x9E3779B97F4A7C15ull) >> 60);  // 16 slots
     }
 
-    table* mine() noexcept {
-        if (table_ != nullptr || !have_key_) return table_;
-        table* t = new (std::nothrow) table;
-        if (t == nullptr) return nullptr;
-        if (pthread_setspecific(key_, t) != 0) {
-            delete t;
-            return nullptr;
-        }
-        return table_ = t;
-    }
-
     const type_cache& cache_;
     std::atomic<std::uint64_t> generation_{0};
-    pthread_key_t key_{};
-    bool have_key_ = false;
+    per_thread<table> tables_;
 };
 
 }  // namespace shunt::detail
