@@ -9,6 +9,7 @@
 #include <shunt/plan/planner.hpp>
 
 #include "counters.hpp"
+#include "per_thread.hpp"
 #include "type_memo.hpp"
 
 #include <mpi.h>
@@ -25,6 +26,8 @@ class device_form;
 }  // namespace shunt::gpu
 
 namespace shunt::detail {
+
+class pack_program;
 
 /// Calls made while another shim is active on the same thread go straight to the library.
 class reentry_guard {
@@ -216,8 +219,20 @@ private:
         bool measured = false;  ///< from the key's own measured times: the other method is not explored
         planner::measure_call measure;  ///< while the planner measures the key: this call's part
     };
+    /// The decision for MPI_Pack (or MPI_Unpack, by d) of `count` x `type` into `room` bytes:
+    /// none (shunt's packer), planned (the planner chose the library), or why it passes. Sets
+    /// `info` and `bytes` once the type is known, `plan`, and `program` where shunt packs and
+    /// the thread keeps the call's built program (nullptr: pack_host builds one).
     pass_reason prepare(direction d, MPI_Datatype type, int count, std::int64_t room, const type_info*& info,
-                        std::int64_t& bytes, pack_plan& plan) noexcept;
+                        std::int64_t& bytes, pack_plan& plan, const pack_program*& program) noexcept;
+    /// prepare for a call that is not the thread's kept one: looks the type up, asks the
+    /// planner, and keeps the call where its decision is settled.
+    pass_reason decide(direction d, MPI_Datatype type, int count, std::int64_t room, const type_info*& info,
+                       std::int64_t& bytes, pack_plan& plan, const pack_program*& program) noexcept;
+    /// The thread's last settled MPI_Pack and MPI_Unpack (runtime.cpp), which prepare answers a
+    /// repeated call from.
+    struct repeat_call;
+    struct repeat_calls;
     /// The part of MPI_Pack and MPI_Unpack after the argument checks: forced choice, the
     /// communicator probe, the plan, shunt's move or the library, counting and position.
     template <class Pass, class Probe, class Move>
@@ -306,11 +321,17 @@ private:
     /// `explore_period` runs the method not chosen for `explore_burst` calls of the same
     /// direction and times the last.
     static constexpr std::uint32_t sample_period = 256, explore_period = 4, explore_burst = 3;
-    static_assert((sample_period & (sample_period - 1)) == 0 && (explore_period & (explore_period - 1)) == 0,
-                  "periods are powers of two: next_sample masks random bits");
+    static_assert((explore_period & (explore_period - 1)) == 0, "a power of two: sample_now masks random bits");
     enum class sampling : std::uint8_t { none, timed, explore, explore_timed };
-    /// What this thread's next decided MPI_Pack (or MPI_Unpack) does for the refinement.
+    /// What this thread's next decided MPI_Pack (or MPI_Unpack) does for the refinement: a
+    /// countdown to the next sampled call, so that the calls between cost a decrement.
     sampling next_sample(direction d) noexcept;
+    struct sample_state;
+    static sample_state& sample_states(direction d) noexcept;
+    /// The sampled call: a timed one, or a call of an exploring burst (the next calls too).
+    static sampling sample_now(sample_state& st) noexcept;
+    /// Draws the calls to the next sample.
+    static std::uint32_t next_gap(sample_state& st) noexcept;
     void observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
     std::string fused_decisions_text(bool one_line) const;
@@ -344,6 +365,7 @@ private:
     std::shared_ptr<cost_model> model_;
     type_cache types_;
     type_memo memo_{types_};
+    per_thread<repeat_calls> repeats_;
     planner planner_;
     counters stats_;
     std::atomic<state> state_{state::before};

@@ -104,6 +104,53 @@ static void check_bottom(void) {
 }
 #endif
 
+/* shunt keeps each thread's last MPI_Pack and MPI_Unpack (type handle and count) to answer a
+ * repeat quickly: a type freed and a new one committed at the same handle value, then packed and
+ * unpacked at the same count with no call between, must move as the new type. Retries, keeping
+ * the types it got, until the library hands out the freed handle again (both do for a type of
+ * the same shape). */
+static void check_reused_handle(void) {
+    int typed[64], back_a[64], back_b[64];
+    unsigned char a[256], b[256];
+    for (int i = 0; i < 64; ++i) typed[i] = i * 7 + 1;
+    MPI_Datatype spare[8];
+    int spares = 0, reused = 0;
+    while (!reused && spares < 8) {
+        MPI_Datatype old_t, new_t;
+        SHUNT_TEST_MPI(MPI_Type_vector(8, 1, 3, MPI_INT, &old_t));
+        SHUNT_TEST_MPI(MPI_Type_commit(&old_t));
+        for (int k = 0; k < 3; ++k) {
+            int pa = 0, qa = 0;
+            SHUNT_TEST_MPI(MPI_Pack(typed, 2, old_t, a, sizeof a, &pa, MPI_COMM_WORLD));
+            SHUNT_TEST_MPI(MPI_Unpack(a, pa, &qa, back_a, 2, old_t, MPI_COMM_WORLD));
+        }
+        const MPI_Datatype was = old_t;
+        SHUNT_TEST_MPI(MPI_Type_free(&old_t));
+        SHUNT_TEST_MPI(MPI_Type_vector(8, 1, 2, MPI_INT, &new_t)); /* the same size, another layout */
+        SHUNT_TEST_MPI(MPI_Type_commit(&new_t));
+        reused = new_t == was;
+        memset(a, 0xa5, sizeof a);
+        memset(b, 0xa5, sizeof b);
+        int pa = 0, pb = 0;
+        SHUNT_TEST_MPI(MPI_Pack(typed, 2, new_t, a, sizeof a, &pa, MPI_COMM_WORLD));
+        SHUNT_TEST_MPI(PMPI_Pack(typed, 2, new_t, b, sizeof b, &pb, MPI_COMM_WORLD));
+        SHUNT_TEST_REQUIRE(pa == pb && memcmp(a, b, sizeof a) == 0,
+                           "a type re-created at a freed handle: MPI_Pack differs from the library's");
+        memset(back_a, 0x5a, sizeof back_a);
+        memset(back_b, 0x5a, sizeof back_b);
+        int qa = 0, qb = 0;
+        SHUNT_TEST_MPI(MPI_Unpack(a, pa, &qa, back_a, 2, new_t, MPI_COMM_WORLD));
+        SHUNT_TEST_MPI(PMPI_Unpack(b, pb, &qb, back_b, 2, new_t, MPI_COMM_WORLD));
+        SHUNT_TEST_REQUIRE(qa == qb && memcmp(back_a, back_b, sizeof back_a) == 0,
+                           "a type re-created at a freed handle: MPI_Unpack differs from the library's");
+        tally.checks += 1;
+        tally.bytes += pa;
+        tally.hash = test_hash(tally.hash, a, (size_t)pa);
+        spare[spares++] = new_t;
+    }
+    while (spares > 0) SHUNT_TEST_MPI(MPI_Type_free(&spare[--spares]));
+}
+
 int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -212,6 +259,8 @@ int main(int argc, char** argv) {
 #if defined(OPEN_MPI)
     check_bottom();
 #endif
+
+    check_reused_handle();
 
     /* Types freed and re-created: the library reuses handle values, and a stale entry for an old
      * type at a reused handle would pack the wrong bytes. */

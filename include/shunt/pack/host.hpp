@@ -1132,6 +1132,15 @@ inline void range(const pack_program& p, std::size_t k, std::uintptr_t base, std
     if (i * P < hi) range<Pack>(p, k + 1, base + static_cast<std::uintptr_t>(i * lv.stride), packed, 0, hi - i * P);
 }
 
+/// Every packed byte of a program at typed base `typed`: what pack_host and unpack_host do
+/// for a whole, non-dense transfer, for callers that keep the program of a repeated call.
+/// Returns the bytes moved (p.total()).
+template <bool Pack>
+inline std::int64_t run_program(const pack_program& p, std::uintptr_t typed, std::byte* packed) {
+    if (p.total() > 0) full<Pack>(p, 0, typed, packed, 0, p.nlevels() == 0 ? 1 : p.level(0).count);
+    return p.total();
+}
+
 template <bool Pack>
 inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64_t count, std::int64_t element_size,
                              std::uintptr_t typed, std::byte* packed, std::int64_t first, std::int64_t max_bytes) {
@@ -1153,10 +1162,8 @@ inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64
     const std::int64_t total = p.total();
     if (first >= total) return 0;
     const std::int64_t hi = max_bytes >= total - first ? total : first + max_bytes;
-    if (first == 0 && hi == total)
-        full<Pack>(p, 0, typed, packed, 0, p.nlevels() == 0 ? 1 : p.level(0).count);
-    else
-        range<Pack>(p, 0, typed, packed, first, hi);
+    if (first == 0 && hi == total) return run_program<Pack>(p, typed, packed);
+    range<Pack>(p, 0, typed, packed, first, hi);
     return hi - first;
 }
 
