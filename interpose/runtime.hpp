@@ -197,8 +197,7 @@ private:
     void count(shim s) noexcept { stats_.add(counter_index::calls(s)); }
     void count_pass(direction d, pass_reason why) noexcept { stats_.add(counter_index::passed(d, why)); }
     void count_done(direction d, std::int64_t bytes) noexcept {
-        stats_.add(counter_index::handled(d));
-        stats_.add(counter_index::bytes(d), static_cast<std::uint64_t>(bytes));
+        stats_.add(counter_index::handled(d), 1, counter_index::bytes(d), static_cast<std::uint64_t>(bytes));
     }
     /// True between MPI_Init (however MPI was started) and MPI_Finalize.
     bool running() noexcept {
