@@ -104,8 +104,8 @@ public:
     counters(const counters&) = delete;
     counters& operator=(const counters&) = delete;
 
-    /// Inlined: on every intercepted call (a call out of line cost about a tenth of a repeated
-    /// MPI_Pack's own instructions).
+    /// Inlined: on every intercepted call (out of line, the three counts of a repeated MPI_Pack
+    /// cost about 20 of its 315 instructions more).
     [[gnu::always_inline]] void add(std::size_t index, std::uint64_t n = 1) noexcept { add_to(mine(), index, n); }
     /// add(first, n_first) and add(second, n_second), finding the thread's block once.
     [[gnu::always_inline]] void add(std::size_t first, std::uint64_t n_first, std::size_t second,

@@ -272,15 +272,20 @@ inline runtime::sampling runtime::next_sample(direction d) noexcept {
     return sample_now(st);
 }
 
+/// The next number of the state's xorshift64 sequence.
+std::uint64_t runtime::next_random(sample_state& st) noexcept {
+    st.rng ^= st.rng << 13;
+    st.rng ^= st.rng >> 7;
+    st.rng ^= st.rng << 17;
+    return st.rng;
+}
+
 runtime::sampling runtime::sample_now(sample_state& st) noexcept {
     if (st.burst_left > 0) {
         st.countdown = --st.burst_left > 0 ? 1 : next_gap(st);
         return st.burst_left > 0 ? sampling::explore : sampling::explore_timed;
     }
-    st.rng ^= st.rng << 13;
-    st.rng ^= st.rng >> 7;
-    st.rng ^= st.rng << 17;
-    if (((st.rng >> 32) & (explore_period - 1)) != 0) {
+    if (((next_random(st) >> 32) & (explore_period - 1)) != 0) {
         st.countdown = next_gap(st);
         return sampling::timed;
     }
@@ -293,10 +298,7 @@ std::uint32_t runtime::next_gap(sample_state& st) noexcept {
     // Random gaps, not every n-th call: a program that alternates packing and unpacking, or
     // cycles through a few types, would otherwise have the same call sampled every time and the
     // others never. Uniform in [1, 2 sample_period - 1], sample_period on average.
-    st.rng ^= st.rng << 13;
-    st.rng ^= st.rng >> 7;
-    st.rng ^= st.rng << 17;
-    return 1 + static_cast<std::uint32_t>((st.rng >> 8) % (2 * sample_period - 1));
+    return 1 + static_cast<std::uint32_t>((next_random(st) >> 8) % (2 * sample_period - 1));
 }
 
 void runtime::observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept {
@@ -340,7 +342,7 @@ int runtime::pack_size(int incount, MPI_Datatype type, MPI_Comm comm, int* size)
 /// halo type packed step after step) then skips the type lookup, the planner's lock and hash,
 /// and building the program. With the hit inlined into transfer and next_sample a countdown,
 /// shunt's own instructions per repeated 4 KiB pack of 256-byte rows fell from about 590 to 315
-/// (cachegrind), and on a Zen 3 (Open MPI 4.1.4; best of 300 interleaved trials, four runs)
+/// (cachegrind; 290 with the counters inlined), and on a Zen 3 (Open MPI 4.1.4; best of 300 interleaved trials, four runs)
 /// such packs ran 0.94-1.11x the library's speed (before: 0.82-0.85x), unpacks 1.05-1.11x
 /// (0.80-0.86x), and 4 KiB packs of 16-byte rows 5.6-6.1x (4.8-5.0x).
 struct runtime::repeat_call {
@@ -359,12 +361,17 @@ struct runtime::repeat_calls {
     repeat_call calls[2];  ///< pack, unpack
 };
 
+runtime::repeat_call* runtime::kept_call(direction d) noexcept {
+    repeat_calls* const repeats = repeats_.get();
+    return repeats == nullptr ? nullptr : &repeats->calls[d == direction::unpack ? 1 : 0];
+}
+
 inline pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, std::int64_t room,
                                     const type_info*& info, std::int64_t& bytes, pack_plan& plan,
                                     const pack_program*& program) noexcept {
     program = nullptr;
-    if (repeat_calls* const repeats = repeats_.get(); repeats != nullptr) [[likely]] {
-        const repeat_call& r = repeats->calls[d == direction::unpack ? 1 : 0];
+    if (const repeat_call* const kept = kept_call(d); kept != nullptr) [[likely]] {
+        const repeat_call& r = *kept;
         if (r.type == type && r.count == count && r.types == memo_.generation() &&
             r.generation == model_->generation()) {
             info = r.info.get();
@@ -373,7 +380,7 @@ inline pass_reason runtime::prepare(direction d, MPI_Datatype type, int count, s
             // The use count only feeds SHUNT_REPORT: without a report, no shared line is written.
             if (r.taken != nullptr && cfg_.report != report_mode::off) r.taken->fetch_add(1, std::memory_order_relaxed);
             // Field by field: plan comes default-initialised (not measuring), and rewriting its
-            // measure_call cost a tenth of a repeated call's instructions.
+            // measure_call cost about six more instructions a call.
             plan.bytes = bytes;
             plan.blocks = r.blocks;
             plan.decided = r.decided;
@@ -393,8 +400,7 @@ pass_reason runtime::decide(direction d, MPI_Datatype type, int count, std::int6
         // call stale rather than current.
         const std::uint64_t types = memo_.generation();
         const std::uint64_t generation = model_->generation();
-        repeat_calls* const repeats = repeats_.get();
-        repeat_call* const r = repeats == nullptr ? nullptr : &repeats->calls[d == direction::unpack ? 1 : 0];
+        repeat_call* const r = kept_call(d);
         std::shared_ptr<const type_info> held = memo_.find_shared(type);
         info = held.get();
         if (info == nullptr) return pass_reason::unknown_type;

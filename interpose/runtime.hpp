@@ -232,6 +232,8 @@ private:
     /// repeated call from.
     struct repeat_call;
     struct repeat_calls;
+    /// This thread's kept call for direction d; nullptr without memory.
+    repeat_call* kept_call(direction d) noexcept;
     /// The part of MPI_Pack and MPI_Unpack after the argument checks: forced choice, the
     /// communicator probe, the plan, shunt's move or the library, counting and position.
     template <class Pass, class Probe, class Move>
@@ -331,6 +333,7 @@ private:
     static sampling sample_now(sample_state& st) noexcept;
     /// Draws the calls to the next sample.
     static std::uint32_t next_gap(sample_state& st) noexcept;
+    static std::uint64_t next_random(sample_state& st) noexcept;
     void observe(bool library, direction d, const pack_plan& plan, double seconds) noexcept;
     std::string decisions_text(bool one_line) const;
     std::string fused_decisions_text(bool one_line) const;
