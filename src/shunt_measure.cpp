@@ -68,7 +68,8 @@ constexpr const char* usage_text =
     "  --only PREFIX      measure only the tables whose names start with PREFIX (repeatable; e.g.\n"
     "                     copy. pack. pack.device p2p. coll.allreduce launch; --dry-run lists the\n"
     "                     names)\n"
-    "  --force            measure every table again, replacing the file's\n"
+    "  --force            measure the tables again, replacing the file's: with --only, the selected\n"
+    "                     ones (the file's other tables are kept); without, all (a new file)\n"
     "  --validate         measure held-out sizes and report each table's prediction error\n"
     "  --decisions        compare the planner's pack choice with the fastest measured method\n"
     "  --dry-run          list what would be measured, measure nothing\n"
@@ -548,7 +549,8 @@ int main(int argc, char** argv) {
                          path.c_str(), me.host.c_str(), job.nodes - 1);
         cost_model model;
         model.id = me;
-        if (writer && !o.force) {
+        // --force with --only measures the selected tables again and keeps the file's others.
+        if (writer && (!o.force || !o.only.empty())) {
             auto r = load_model(path, &me);
             if (r.model)
                 model = *r.model;
@@ -563,7 +565,7 @@ int main(int argc, char** argv) {
         const auto tasks = plan_tasks(o, job.node_peer, job.network_peer, any_device != 0);
         struct todo_item {
             const task* t;
-            bool mine;  ///< this rank's file lacks the table (or --force)
+            bool mine;  ///< this rank's file lacks the table (or --force selects it)
         };
         std::vector<todo_item> todo;
         for (const auto& t : tasks) {
