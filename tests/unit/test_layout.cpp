@@ -444,6 +444,65 @@ TEST_CASE("host packer: every row length below strides 8, 16 and 32, by byte com
     shunt::detail::masked_blocks_allowed = true;
 }
 
+TEST_CASE("host packer: planes of rows (a halo face) pack and unpack as their rows, one choice of loop for all") {
+    // Two strided levels over one block: rows_direct picks the loop of the first plane's rows
+    // for every plane. Shapes for each of its loops (lane permutes and AVX2 shuffles, the tiny
+    // gather, the byte window, fixed moves, copy_chunks, memcpy calls); odd plane strides move
+    // every other plane off the alignment the tiny gather needs (those planes take the whole
+    // choice on their own); a plane of 3 rows as in a halo face; windows that start and end
+    // inside rows and planes.
+    struct shape { std::int64_t len, stride, rows, planes, plane_stride; };
+    for (const bool masked : {true, false}) {
+        shunt::detail::masked_blocks_allowed = masked;
+        for (const shape sh : {shape{1, 2, 200, 5, 401}, shape{2, 4, 64, 6, 259}, shape{2, 8, 40, 4, 330},
+                               shape{4, 8, 33, 7, 267}, shape{4, 16, 20, 5, 321}, shape{8, 16, 20, 4, 333},
+                               shape{3, 8, 30, 4, 250}, shape{24, 40, 3, 9, 131}, shape{64, 72, 3, 8, 229},
+                               shape{100, 104, 5, 3, 530}, shape{300, 312, 3, 6, 1000}, shape{1024, 1072, 3, 5, 3300}}) {
+            CAPTURE(masked);
+            CAPTURE(sh.len);
+            CAPTURE(sh.stride);
+            CAPTURE(sh.rows);
+            CAPTURE(sh.plane_stride);
+            const layout plane = shunt::make_hvector(sh.rows, sh.len, sh.stride, byte_form, 1);
+            const layout form = shunt::make_hvector(sh.planes, 1, sh.plane_stride, plane, sh.plane_stride);
+            REQUIRE(form.dims.size() == 2);
+            REQUIRE(form.blocks.size() == 1);
+            const std::int64_t extent = (sh.planes - 1) * sh.plane_stride + (sh.rows - 1) * sh.stride + sh.len;
+            const std::int64_t total = sh.planes * sh.rows * sh.len;
+            std::vector<std::byte> typed(static_cast<std::size_t>(extent)), expect;
+            for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>((i * 131) >> 3);
+            std::vector<bool> mine(typed.size());
+            for (std::int64_t p = 0; p < sh.planes; ++p)
+                for (std::int64_t r = 0; r < sh.rows; ++r)
+                    for (std::int64_t b = 0; b < sh.len; ++b) {
+                        const auto at = static_cast<std::size_t>(p * sh.plane_stride + r * sh.stride + b);
+                        expect.push_back(typed[at]);
+                        mine[at] = true;
+                    }
+            // The typed buffer one byte past an aligned start too, so that the first plane is
+            // the one off.
+            for (const std::size_t skew : {0, 1}) {
+                CAPTURE(skew);
+                std::vector<std::byte> in(typed.size() + skew), packed(expect.size());
+                std::memcpy(in.data() + skew, typed.data(), typed.size());
+                CHECK(shunt::pack_host(form, extent, 1, in.data() + skew, packed.data()) == total);
+                CHECK(packed == expect);
+                std::vector<std::byte> back(typed.size() + skew, std::byte{0x5a});
+                CHECK(shunt::unpack_host(form, extent, 1, expect.data(), back.data() + skew) == total);
+                std::int64_t wrong = 0;
+                for (std::size_t i = 0; i < typed.size(); ++i)
+                    wrong += back[i + skew] != (mine[i] ? typed[i] : std::byte{0x5a});
+                CHECK(wrong == 0);
+            }
+            const std::int64_t lo = sh.len / 2 + sh.len, n = total - lo - sh.len / 2 - 1;
+            std::vector<std::byte> window(static_cast<std::size_t>(n));
+            CHECK(shunt::pack_host(form, extent, 1, typed.data(), window.data(), lo, n) == n);
+            CHECK(std::memcmp(window.data(), expect.data() + lo, static_cast<std::size_t>(n)) == 0);
+        }
+    }
+    shunt::detail::masked_blocks_allowed = true;
+}
+
 TEST_CASE("host packer: a decoded type's overloads give the layout overloads' bytes") {
     // Three irregular blocks repeated in two dimensions, two elements, whole and in windows;
     // and a form whose dimension has no iterations.

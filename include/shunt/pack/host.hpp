@@ -655,9 +655,11 @@ inline bool window_rows_available() {
 /// its byte permute, which replaced the expand, ran faster than the expand on Zen 4). Returns
 /// false where it does not.
 template <bool Pack>
-inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
+[[gnu::always_inline]] inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
+                                                std::int64_t len) {
     // The shape first, without a division: rows_direct calls this for every run of rows (and,
-    // through rows_prefetched, for every batch of them).
+    // through rows_prefetched, for every batch of them). Always inline: as a call (which GCC
+    // made of it once rows_loops grew) it cost about 18 instructions a call.
     if ((len != 1 && len != 2 && len != 4 && len != 8) || (stride != 2 * len && stride != 4 * len)) return false;
     if (n * len < 2 * 64 || !masked_blocks_available()) return false;
     if (!Pack && (len == 1 || (len == 2 && window_rows_available()))) return false;
@@ -926,56 +928,130 @@ inline bool window_pays(std::int64_t stride, std::int64_t len) {
     return len > 16 && len != 24;
 }
 
-/// n strided rows of one block length: the hot loop of 2-D and N-D layouts, dispatched to a
-/// loop whose copy the compiler turns into plain moves.
+/// Runs of rows that rows_direct copies with one dispatch: `count` runs of the same n rows, the
+/// typed start of each `stride` bytes after the previous one's, their packed bytes in sequence.
+/// The two innermost levels of a program with one block (a 3-D halo face: a plane's few rows,
+/// plane after plane) take them together: the choice of a loop, about 80 instructions, is then
+/// made once rather than for every plane.
+struct row_runs {
+    std::int64_t count = 1;
+    std::int64_t stride = 0;
+};
+
 template <bool Pack>
 inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
-                        bool streaming, bool stream_stores) {
+                        bool streaming, bool stream_stores);
+
+/// n strided rows of one block length (with Runs, in each of `runs`): the hot loop of 2-D and
+/// N-D layouts, dispatched to a loop whose copy the compiler turns into plain moves. Without
+/// Runs, one run, compiled as if the runs were not there: a repeated 4 KiB pack of 16 rows of
+/// 256 B took about 100 more instructions with the copies below as calls, 40 with them inline
+/// but the runs passed along, 25 with rows_permuted a call, and takes 2-5 more as it stands
+/// (cachegrind, against the loop before runs).
+template <bool Pack, bool Runs>
+[[gnu::always_inline]] inline void rows_loops(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
+                                              std::int64_t len, bool streaming, bool stream_stores, row_runs runs) {
+    // `copy` (typed, packed) on the runs from `first` on. Every choice below but the tiny one's
+    // depends on the shape and the CPU alone, so the first run's holds for all of them.
+    const auto each = [&](std::int64_t first, auto copy) __attribute__((always_inline)) {
+        if constexpr (Runs) {
+            for (std::int64_t j = first; j < runs.count; ++j) copy(typed + j * runs.stride, packed + j * n * len);
+        } else if (first == 0) {
+            copy(typed, packed);
+        }
+    };
     // Packing tiny aligned blocks where rows_lanes and rows_lanes_avx2 do not apply (neither
     // AVX-512 nor AVX2, other shapes, or fewer rows than two of their groups): the compiler's
-    // vectorised gather beats the window compress.
-    const auto tiny = [&] {
+    // vectorised gather beats the window compress. It needs both buffers aligned to the block:
+    // a later run that is not goes through the whole choice on its own.
+    const auto tiny_at = [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
         if (n < 16) return false;
         switch (len) {
-            case 1: return rows_tiny<Pack, 1>(typed, packed, stride, n);
-            case 2: return rows_tiny<Pack, 2>(typed, packed, stride, n);
-            case 4: return rows_tiny<Pack, 4>(typed, packed, stride, n);
+            case 1: return rows_tiny<Pack, 1>(t, q, stride, n);
+            case 2: return rows_tiny<Pack, 2>(t, q, stride, n);
+            case 4: return rows_tiny<Pack, 4>(t, q, stride, n);
             default: return false;
         }
     };
+    const auto tiny = [&]() __attribute__((always_inline)) {
+        if (!tiny_at(typed, packed)) return false;
+        each(1, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            if (!tiny_at(t, q)) rows_direct<Pack>(t, q, stride, n, len, streaming, stream_stores);
+        });
+        return true;
+    };
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
-    if (rows_permuted<Pack>(typed, packed, stride, n, len)) return;
-    if (Pack && rows_permuted_avx2(typed, packed, stride, n, len)) return;
+    if (rows_permuted<Pack>(typed, packed, stride, n, len))
+        return each(1, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_permuted<Pack>(t, q, stride, n, len);
+        });
+    if (Pack && rows_permuted_avx2(typed, packed, stride, n, len))
+        return each(1, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_permuted_avx2(t, q, stride, n, len);
+        });
 #endif
     if (Pack && tiny()) return;
-    if (Pack && sparse_gather(stride, n, len)) return rows_libc<Pack>(typed, packed, stride, n, len);
+    if (Pack && sparse_gather(stride, n, len))
+        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_libc<Pack>(t, q, stride, n, len);
+        });
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
-    if (stream_stores && len >= 64 && masked_blocks_available()) return rows_wide<Pack, true>(typed, packed, stride, n, len);
-    if (streaming && len >= 128) return rows_libc<Pack>(typed, packed, stride, n, len);
-    if (len >= 64 && masked_blocks_available()) return rows_wide<Pack>(typed, packed, stride, n, len);
+    if (stream_stores && len >= 64 && masked_blocks_available())
+        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_wide<Pack, true>(t, q, stride, n, len);
+        });
+    if (streaming && len >= 128)
+        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_libc<Pack>(t, q, stride, n, len);
+        });
+    if (len >= 64 && masked_blocks_available())
+        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_wide<Pack>(t, q, stride, n, len);
+        });
     if (n >= 16 && stride > len && stride <= 32 && 64 % stride == 0 && window_pays(stride, len) &&
         window_rows_available())
-        return rows_window<Pack>(typed, packed, stride, n, len);
+        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_window<Pack>(t, q, stride, n, len);
+        });
 #endif
     if (!Pack && tiny()) return;
-    if (len >= libc_rows_from && !tuned_as_intel()) return rows_libc<Pack>(typed, packed, stride, n, len);
-    switch (len) {
-        case 1: return rows_fixed<Pack, 1>(typed, packed, stride, n);
-        case 2: return rows_fixed<Pack, 2>(typed, packed, stride, n);
-        case 3: return rows_fixed<Pack, 3>(typed, packed, stride, n);
-        case 4: return rows_fixed<Pack, 4>(typed, packed, stride, n);
-        case 6: return rows_fixed<Pack, 6>(typed, packed, stride, n);
-        case 8: return rows_fixed<Pack, 8>(typed, packed, stride, n);
-        case 12: return rows_fixed<Pack, 12>(typed, packed, stride, n);
-        case 16: return rows_fixed<Pack, 16>(typed, packed, stride, n);
-        case 24: return rows_fixed<Pack, 24>(typed, packed, stride, n);
-        case 32: return rows_fixed<Pack, 32>(typed, packed, stride, n);
-        case 48: return rows_fixed<Pack, 48>(typed, packed, stride, n);
-        case 64: return rows_fixed<Pack, 64>(typed, packed, stride, n);
-        case 128: return rows_fixed<Pack, 128>(typed, packed, stride, n);
-        case 256: return rows_fixed<Pack, 256>(typed, packed, stride, n);
-        default: return rows_any<Pack>(typed, packed, stride, n, len);
-    }
+    if (len >= libc_rows_from && !tuned_as_intel())
+        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+            rows_libc<Pack>(t, q, stride, n, len);
+        });
+    each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+        switch (len) {
+            case 1: return rows_fixed<Pack, 1>(t, q, stride, n);
+            case 2: return rows_fixed<Pack, 2>(t, q, stride, n);
+            case 3: return rows_fixed<Pack, 3>(t, q, stride, n);
+            case 4: return rows_fixed<Pack, 4>(t, q, stride, n);
+            case 6: return rows_fixed<Pack, 6>(t, q, stride, n);
+            case 8: return rows_fixed<Pack, 8>(t, q, stride, n);
+            case 12: return rows_fixed<Pack, 12>(t, q, stride, n);
+            case 16: return rows_fixed<Pack, 16>(t, q, stride, n);
+            case 24: return rows_fixed<Pack, 24>(t, q, stride, n);
+            case 32: return rows_fixed<Pack, 32>(t, q, stride, n);
+            case 48: return rows_fixed<Pack, 48>(t, q, stride, n);
+            case 64: return rows_fixed<Pack, 64>(t, q, stride, n);
+            case 128: return rows_fixed<Pack, 128>(t, q, stride, n);
+            case 256: return rows_fixed<Pack, 256>(t, q, stride, n);
+            default: return rows_any<Pack>(t, q, stride, n, len);
+        }
+    });
+}
+
+/// n strided rows of one block length (rows_loops for one run).
+template <bool Pack>
+inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
+                        bool streaming, bool stream_stores) {
+    rows_loops<Pack, false>(typed, packed, stride, n, len, streaming, stream_stores, {});
+}
+
+/// rows_loops for `runs` of n rows, the loop chosen once.
+template <bool Pack>
+inline void rows_direct_runs(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
+                             bool streaming, bool stream_stores, row_runs runs) {
+    rows_loops<Pack, true>(typed, packed, stride, n, len, streaming, stream_stores, runs);
 }
 
 /// Rows written per batch of rows_prefetched, which prefetches the batch after the one it writes.
@@ -1032,11 +1108,15 @@ inline void rows_prefetched(std::byte* typed, std::byte* packed, std::int64_t st
 /// prefetch_pays.
 template <bool Pack>
 inline void rows(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
-                 bool streaming, bool stream_stores) {
-    if (!Pack && prefetch_pays(stride, n, len, stream_stores))
-        return tuned_as_intel() ? rows_prefetched<Pack>(typed, packed, stride, n, len, streaming)
-                                : rows_prefetched<Pack, 2>(typed, packed, stride, n, len, streaming);
-    rows_direct<Pack>(typed, packed, stride, n, len, streaming, stream_stores);
+                 bool streaming, bool stream_stores, row_runs runs = {}) {
+    if (!Pack && prefetch_pays(stride, n, len, stream_stores)) {
+        for (std::int64_t j = 0; j < runs.count; ++j, typed += runs.stride, packed += n * len)
+            tuned_as_intel() ? rows_prefetched<Pack>(typed, packed, stride, n, len, streaming)
+                             : rows_prefetched<Pack, 2>(typed, packed, stride, n, len, streaming);
+        return;
+    }
+    if (runs.count == 1) return rows_direct<Pack>(typed, packed, stride, n, len, streaming, stream_stores);
+    rows_direct_runs<Pack>(typed, packed, stride, n, len, streaming, stream_stores, runs);
 }
 
 /// Packed bytes [lo, hi) of one pass over the block list at typed base `base`.
@@ -1090,6 +1170,13 @@ inline void full(const pack_program& p, std::size_t k, std::uintptr_t base, std:
         return;
     }
     const pack_level& lv = p.level(k);
+    if (k + 2 == p.nlevels() && p.nblocks() == 1) {  // the rows of each iteration, as runs of rows
+        const pack_level& in = p.level(k + 1);
+        const block& b = p.blocks()[0];
+        rows<Pack>(at(base, b.offset + i0 * lv.stride), packed, in.stride, in.count, b.length, p.streaming(),
+                   p.stream_stores(), {i1 - i0, lv.stride});
+        return;
+    }
     if (k + 1 == p.nlevels()) {
         if (p.nblocks() == 1) {
             const block& b = p.blocks()[0];
