@@ -342,9 +342,10 @@ int runtime::pack_size(int incount, MPI_Datatype type, MPI_Comm comm, int* size)
 /// halo type packed step after step) then skips the type lookup, the planner's lock and hash,
 /// and building the program. With the hit inlined into transfer and next_sample a countdown,
 /// shunt's own instructions per repeated 4 KiB pack of 256-byte rows fell from about 590 to 315
-/// (cachegrind; 290 with the counters inlined), and on a Zen 3 (Open MPI 4.1.4; best of 300 interleaved trials, four runs)
-/// such packs ran 0.94-1.11x the library's speed (before: 0.82-0.85x), unpacks 1.05-1.11x
-/// (0.80-0.86x), and 4 KiB packs of 16-byte rows 5.6-6.1x (4.8-5.0x).
+/// (cachegrind; 290 with the counters inlined), and on a Zen 3 (Open MPI 4.1.4; best of 300
+/// interleaved trials, four runs) such packs ran 0.94-1.11x the library's speed (before:
+/// 0.82-0.85x), unpacks 1.05-1.11x (0.80-0.86x), and 4 KiB packs of 16-byte rows 5.6-6.1x
+/// (4.8-5.0x).
 struct runtime::repeat_call {
     MPI_Datatype type{};
     int count = -1;  ///< -1: nothing kept
