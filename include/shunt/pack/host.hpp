@@ -928,11 +928,11 @@ inline bool window_pays(std::int64_t stride, std::int64_t len) {
     return len > 16 && len != 24;
 }
 
-/// Runs of rows that rows_direct copies with one dispatch: `count` runs of the same n rows, the
-/// typed start of each `stride` bytes after the previous one's, their packed bytes in sequence.
-/// The two innermost levels of a program with one block (a 3-D halo face: a plane's few rows,
-/// plane after plane) take them together: the choice of a loop, about 80 instructions, is then
-/// made once rather than for every plane.
+/// Runs of rows that rows_direct_runs copies with one dispatch: `count` runs of the same n rows,
+/// the typed start of each `stride` bytes after the previous one's, their packed bytes in
+/// sequence. The two innermost levels of a program with one block (a 3-D halo face: a plane's
+/// few rows, plane after plane) take them together: the choice of a loop, about 80
+/// instructions, is then made once rather than for every plane.
 struct row_runs {
     std::int64_t count = 1;
     std::int64_t stride = 0;
@@ -946,7 +946,7 @@ inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride
 /// N-D layouts, dispatched to a loop whose copy the compiler turns into plain moves. Without
 /// Runs, one run, compiled as if the runs were not there: a repeated 4 KiB pack of 16 rows of
 /// 256 B took about 100 more instructions with the copies below as calls, 40 with them inline
-/// but the runs passed along, 25 with rows_permuted a call, and takes 2-5 more as it stands
+/// but the runs passed along, 25 with rows_permuted a call, and takes 2-6 more as it stands
 /// (cachegrind, against the loop before runs).
 template <bool Pack, bool Runs>
 [[gnu::always_inline]] inline void rows_loops(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
