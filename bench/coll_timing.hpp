@@ -16,9 +16,9 @@
 namespace shunt::bench {
 
 /// Times `variants` collectively: every trial runs each variant once (after a barrier), in a
-/// shuffled order (trial_order: the same on every rank, and no variant always behind the same
-/// one); a trial's time is the slowest rank's; the best trial is kept. The trial count comes
-/// from the slowest rank's warm-up, so all ranks run the same calls.
+/// balanced order (trial_order: the same on every rank, each variant right after each other one
+/// equally often); a trial's time is the slowest rank's; the best trial is kept. The trial count
+/// comes from the slowest rank's warm-up, so all ranks run the same calls.
 inline std::vector<double> measure_collective(const std::vector<std::function<void()>>& variants, const options& o,
                                               int warmup) {
     const std::size_t n = variants.size();

@@ -14,7 +14,6 @@
 #include <cstdlib>
 #include <functional>
 #include <limits>
-#include <random>
 #include <regex>
 #include <set>
 #include <span>
@@ -346,8 +345,9 @@ public:
         for (const auto& o : own_) line(o.metavar.empty() ? o.name : o.name + " " + o.metavar, o.help);
         line("--help", "this text");
         std::printf(
-            "\nMethod: the variants of a row (baseline, shunt, memcpy) run interleaved, trial by trial, in\n"
-            "shuffled order, so machine noise falls on all of them alike; each trial times --reps calls. The\n"
+            "\nMethod: the variants of a row (baseline, shunt, memcpy) run interleaved, trial by trial, in a\n"
+            "balanced order (each variant right after each other one equally often), so machine noise and\n"
+            "what one variant leaves in the caches fall on all of them alike; each trial times --reps calls. The\n"
             "best (minimum) time per call of each variant is reported, and ratios are of those minima.\n"
             "GB/s = 1e9 bytes per second. Buffers stay cache-warm between calls, as in an iterated code.\n");
         if (!epilog_.empty()) std::printf("\n%s\n", epilog_.c_str());
@@ -375,31 +375,46 @@ struct timing {
 /// the scheduler's interruptions on a shared machine.
 inline constexpr double target_trial_s = 1e-3;
 
-/// The order of n variants in each trial: a fresh shuffle per trial, from a fixed seed, so that
-/// every run (and every rank of an MPI benchmark) gets the same sequence of orders.
+/// The order of n variants in each trial, from a balanced cycle (a Williams design, as crossover
+/// trials use against carry-over): over each cycle of n trials (2n for odd n), every variant runs
+/// first equally often and right after every other variant equally often, once (twice for odd n).
+/// The orders are fixed, the same in every run and on every rank of an MPI benchmark. What a
+/// variant's predecessor leaves in the caches and the TLB moves its time, and a best-of-trials
+/// picks the kindest predecessor: each variant must meet each predecessor as often. A rotation
+/// met only one (a variant that ran PMPI_Pack through libshunt, always right after PMPI_Pack
+/// itself, ran 0.9x the library's speed on 1 MiB of 8-byte blocks 512 bytes apart, with the
+/// same code), and a shuffle per trial from a fixed seed met them unevenly, the same way in
+/// every run: unpacking 16 MiB of 128-byte rows 256 and 512 bytes apart with SHUNT_PACK=library,
+/// where shunt calls the library's code, read 0.77-0.94x the library in each of 8 runs (0.90-1.23x
+/// with other seeds); in this order, 0.96-1.04x in 8 rows (four labellings of the variants).
 class trial_order {
 public:
-    explicit trial_order(std::size_t n) : order_(n) {
-        for (std::size_t v = 0; v < n; ++v) order_[v] = v;
+    explicit trial_order(std::size_t n) {
+        // The first trial 0, 1, n-1, 2, n-2, ...; trial i adds i to each (mod n); for odd n each
+        // trial is followed by its reverse.
+        std::vector<std::size_t> first(n);
+        for (std::size_t j = 0; j < n; ++j) first[j] = j % 2 == 1 ? (j + 1) / 2 : (n - j / 2) % n;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::vector<std::size_t> trial(n);
+            for (std::size_t j = 0; j < n; ++j) trial[j] = (first[j] + i) % n;
+            cycle_.push_back(trial);
+            if (n % 2 == 1) cycle_.emplace_back(trial.rbegin(), trial.rend());
+        }
+        if (cycle_.empty()) cycle_.emplace_back();
     }
-    const std::vector<std::size_t>& next() {
-        std::shuffle(order_.begin(), order_.end(), rng_);
-        return order_;
-    }
+    /// Trials in one balanced cycle: n, or 2n for odd n.
+    std::size_t cycle() const { return cycle_.size(); }
+    const std::vector<std::size_t>& next() { return cycle_[next_++ % cycle_.size()]; }
 
 private:
-    std::vector<std::size_t> order_;
-    std::mt19937_64 rng_{0x5eed5eed};
+    std::vector<std::vector<std::size_t>> cycle_;
+    std::size_t next_ = 0;
 };
 
 /// Times the variants interleaved: after a warm-up that also calibrates each variant's calls
-/// per trial, every trial runs every variant once, in an order shuffled afresh for each trial
-/// (from a fixed seed: the same orders in every run). A rotation would keep each variant behind
-/// the same neighbour in every trial, and what that neighbour leaves in the caches then biases
-/// the variant the same way every time: here a variant that ran PMPI_Pack through libshunt,
-/// always right after PMPI_Pack itself, ran 0.9x the library's speed on 1 MiB of 8-byte blocks
-/// 512 bytes apart, with the same code. Stops after o.trials trials, or earlier once o.time_s
-/// has passed and 3 trials are done. Exceptions from a variant propagate.
+/// per trial, every trial runs every variant once, in trial_order's balanced orders (each
+/// variant behind each other one equally often). Stops after o.trials trials, or earlier once
+/// o.time_s has passed and 3 trials are done. Exceptions from a variant propagate.
 inline std::vector<timing> measure(std::span<const std::function<void()>> variants, const options& o) {
     using clock = std::chrono::steady_clock;
     const std::size_t n = variants.size();

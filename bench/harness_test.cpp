@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -213,29 +214,37 @@ TEST_CASE("measure interleaves the variants and reports the best per-call time")
     CHECK(calls[0] == 2 * 4);
 }
 
-TEST_CASE("measure shuffles the order per trial: no variant always follows the same one") {
-    options o;
-    o.trials = 40;
-    o.reps = 1;
-    o.warmup = 0;
-    std::vector<int> order;
-    const std::function<void()> variants[] = {[&] { order.push_back(0); }, [&] { order.push_back(1); },
-                                              [&] { order.push_back(2); }};
-    measure(variants, o);
-    REQUIRE(order.size() == 120);
-    int first[3] = {0, 0, 0}, after[3][3] = {};
-    for (std::size_t trial = 0; trial < 40; ++trial) {
-        const int* t = &order[trial * 3];
-        CHECK(t[0] + t[1] + t[2] == 3);  // a permutation of 0, 1, 2
-        CHECK(t[0] != t[1]);
-        ++first[t[0]];
-        ++after[t[1]][t[0]];
-        ++after[t[2]][t[1]];
-    }
-    for (int v = 0; v < 3; ++v) {
-        CHECK(first[v] > 0);
-        for (int w = 0; w < 3; ++w)
-            if (w != v) CHECK(after[v][w] > 0);  // v ran right after w in some trial
+TEST_CASE("measure balances the order: each variant first, and right after each other one, equally often") {
+    // For n variants a cycle is n trials (2n for odd n); over whole cycles every ordered pair of
+    // neighbours within a trial occurs once per n trials.
+    for (const int n : {2, 3, 4, 5, 7, 9, 11}) {
+        CAPTURE(n);
+        const int cycle = n % 2 == 1 ? 2 * n : n, cycles = 3;
+        options o;
+        o.trials = cycle * cycles;
+        o.reps = 1;
+        o.warmup = 0;
+        std::vector<int> order;
+        std::vector<std::function<void()>> variants;
+        for (int v = 0; v < n; ++v) variants.push_back([&order, v] { order.push_back(v); });
+        measure(variants, o);
+        REQUIRE(order.size() == static_cast<std::size_t>(o.trials * n));
+        CHECK(trial_order(static_cast<std::size_t>(n)).cycle() == static_cast<std::size_t>(cycle));
+        std::vector<int> first(n, 0);
+        std::vector<std::vector<int>> after(n, std::vector<int>(n, 0));
+        for (int trial = 0; trial < o.trials; ++trial) {
+            const int* t = &order[static_cast<std::size_t>(trial * n)];
+            std::vector<int> seen(n, 0);
+            for (int j = 0; j < n; ++j) ++seen[t[j]];
+            CHECK(std::count(seen.begin(), seen.end(), 1) == n);  // a permutation
+            ++first[t[0]];
+            for (int j = 1; j < n; ++j) ++after[t[j]][t[j - 1]];
+        }
+        for (int v = 0; v < n; ++v) {
+            CHECK(first[v] == cycles * cycle / n);
+            for (int w = 0; w < n; ++w)
+                if (w != v) CHECK(after[v][w] == cycles * cycle / n);  // v ran right after w
+        }
     }
 }
 
