@@ -347,8 +347,8 @@ public:
         std::printf(
             "\nMethod: the variants of a row (baseline, shunt, memcpy) run interleaved, trial by trial, in a\n"
             "balanced order (each variant right after each other one equally often), so machine noise and\n"
-            "what one variant leaves in the caches fall on all of them alike; each trial times --reps calls. The\n"
-            "best (minimum) time per call of each variant is reported, and ratios are of those minima.\n"
+            "what one variant leaves in the caches fall on all of them alike; each trial times --reps calls.\n"
+            "The best (minimum) time per call of each variant is reported, and ratios are of those minima.\n"
             "GB/s = 1e9 bytes per second. Buffers stay cache-warm between calls, as in an iterated code.\n");
         if (!epilog_.empty()) std::printf("\n%s\n", epilog_.c_str());
     }
@@ -385,8 +385,9 @@ inline constexpr double target_trial_s = 1e-3;
 /// itself, ran 0.9x the library's speed on 1 MiB of 8-byte blocks 512 bytes apart, with the
 /// same code), and a shuffle per trial from a fixed seed met them unevenly, the same way in
 /// every run: unpacking 16 MiB of 128-byte rows 256 and 512 bytes apart with SHUNT_PACK=library,
-/// where shunt calls the library's code, read 0.77-0.94x the library in each of 8 runs (0.90-1.23x
-/// with other seeds); in this order, 0.96-1.04x in 8 rows (four labellings of the variants).
+/// where shunt calls the library's code, read 0.77-0.94x the library in 18 of 20 rows over 10
+/// runs (0.95x and 0.99x in the other two; 0.90-1.23x with four other seeds); in this order,
+/// 0.96-1.04x in 8 rows (four labellings of the variants).
 class trial_order {
 public:
     explicit trial_order(std::size_t n) {
