@@ -21,9 +21,9 @@ namespace shunt {
 /// Contract across ranks: every rank of t's group calls it, in the same order relative to
 /// other collectives on t, with the same counts, reduction, hierarchy and options; blocking.
 /// sendbuf == recvbuf means in place (the input is read from recvbuf and the result is left
-/// at its start; the rest is clobbered). The reduction must be commutative. Schedule as
-/// reduce_scatter_block (each rank's range goes up through its representatives), with ranges
-/// of any length, empty ones included. Deterministic.
+/// at its start; the rest of recvbuf is left as it was). The reduction must be commutative.
+/// Schedule as reduce_scatter_block (each rank's range goes up through its representatives),
+/// with ranges of any length, empty ones included. Deterministic.
 template <transport T>
 void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::span<const std::int64_t> counts,
                     const typename T::reduction_type& red, const collective_options& opt = {}) {
@@ -40,11 +40,8 @@ void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf
     if (n <= 0) return;
     auto* out = static_cast<std::byte*>(recvbuf);
     const detail::owned_range mine = own[static_cast<std::size_t>(me)];
-    if (sendbuf == recvbuf) {
-        detail::hierarchical_reduce_scatter(t, h, out, own, red, opt.flat);
-        t.copy(out, out + mine.offset * es, mine.count * es);
-        return;
-    }
+    // In place too, the vector is reduced in scratch memory: the input past this rank's range
+    // stays as it was, as the libraries leave it.
     auto work = t.scratch(n * es);
     t.copy(work.data(), sendbuf, n * es);
     detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);

@@ -19,7 +19,7 @@ namespace shunt {
 /// Contract across ranks: every rank of t's group calls it, in the same order relative to
 /// other collectives on t, with the same count, reduction, hierarchy and options; blocking.
 /// sendbuf == recvbuf means in place (the input is read from recvbuf, size()*count elements,
-/// and the result is left in its first count elements; the rest is clobbered). Otherwise
+/// and the result is left in its first count elements; the rest is left as it was). Otherwise
 /// recvbuf receives count elements. The reduction must be commutative. Schedule: each block
 /// goes up the hierarchy through the representatives of its owner, reduced at each level over
 /// a larger group, so the outer levels carry only the blocks of other groups. Deterministic.
@@ -34,11 +34,8 @@ void reduce_scatter_block(T& t, const hierarchy& h, const void* sendbuf, void* r
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r * count, count};
     auto* out = static_cast<std::byte*>(recvbuf);
-    if (sendbuf == recvbuf) {
-        detail::hierarchical_reduce_scatter(t, h, out, own, red, opt.flat);
-        t.copy(out, out + me * count * es, count * es);
-        return;
-    }
+    // In place too, the vector is reduced in scratch memory: the input past this rank's block
+    // stays as it was, as the libraries leave it.
     auto work = t.scratch(n * es);
     t.copy(work.data(), sendbuf, n * es);
     detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);

@@ -75,12 +75,12 @@ inline int checked = 0;
 /// Runs `call(send, recv)` (through MPI_*, under the preload) on a send buffer of `send_bytes` and a
 /// receive buffer of `recv_bytes`, each on the device or the host, and `oracle(send, recv)` (PMPI_*)
 /// on host copies of the same contents, and requires the receive buffers to end equal, byte for byte
-/// (bytes the call must not touch included). In place: the send buffer is MPI_IN_PLACE. `defined`
-/// limits the comparison to the receive buffer's first bytes where MPI defines only those (the
-/// in-place reduce-scatters: the rest of the buffer is input the library may leave changed).
+/// (bytes the call must not touch included). In place: the send buffer is MPI_IN_PLACE. From byte
+/// `untouched_from` on (an in-place reduce-scatter's input past the rank's block) the receive
+/// buffer must hold what it held before the call, where the library may have used it as scratch.
 template <class Call, class Oracle>
 void compare(const char* what, std::size_t send_bytes, std::size_t recv_bytes, bool send_device, bool recv_device,
-             bool in_place, Call call, Oracle oracle, std::size_t defined = SIZE_MAX) {
+             bool in_place, Call call, Oracle oracle, std::size_t untouched_from = SIZE_MAX) {
     std::vector<unsigned char> sinit(send_bytes), rinit(recv_bytes);
     fill(sinit, 11u + static_cast<unsigned>(rank));
     fill(rinit, 23u + static_cast<unsigned>(rank));
@@ -91,7 +91,10 @@ void compare(const char* what, std::size_t send_bytes, std::size_t recv_bytes, b
     if (sd != nullptr) take(sd, send_bytes, send_device);
     std::vector<unsigned char> shost = sinit, rhost = rinit;
     oracle(in_place ? MPI_IN_PLACE : static_cast<void*>(shost.data()), static_cast<void*>(rhost.data()));
-    const std::size_t n = std::min(defined, got.size());
+    if (untouched_from < rhost.size())
+        std::copy(rinit.begin() + static_cast<std::ptrdiff_t>(untouched_from), rinit.end(),
+                  rhost.begin() + static_cast<std::ptrdiff_t>(untouched_from));
+    const std::size_t n = got.size();
     if (const auto diff = std::mismatch(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(n), rhost.begin());
         diff.first != got.begin() + static_cast<std::ptrdiff_t>(n)) {
         const std::ptrdiff_t at = diff.first - got.begin();

@@ -351,6 +351,8 @@ TEST_CASE("reduce_scatter_block equals MPI_Reduce_scatter_block") {
                 std::vector<unsigned char> io(in);
                 shunt::reduce_scatter_block(topo, MPI_IN_PLACE, io.data(), count, c.type, c.op);
                 CHECK(mismatches(c, io.data(), want.data(), count, es, p) == 0);
+                // In place, the input past this rank's block stays as it was, as the libraries leave it.
+                CHECK(std::equal(io.begin() + count * es, io.end(), in.begin() + count * es));
             }
         }
     });
@@ -512,6 +514,17 @@ TEST_CASE("every collective over every subset of the levels equals the library")
             MPI_Reduce_scatter(uneven.data(), rs_want.data(), counts.data(), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
             shunt::reduce_scatter(topo, uneven.data(), rs.data(), counts.data(), MPI_INT, MPI_SUM, opt);
             CHECK(rs == rs_want);
+            // In place: the library's result at the start, the input past it untouched (the library
+            // itself may use that part as scratch).
+            std::vector<int> io(uneven);
+            shunt::reduce_scatter(topo, MPI_IN_PLACE, io.data(), counts.data(), MPI_INT, MPI_SUM, opt);
+            const int block = counts[static_cast<std::size_t>(me)];
+            CHECK(std::equal(io.begin(), io.begin() + block, rs_want.begin()));
+            CHECK(std::equal(io.begin() + block, io.end(), uneven.begin() + block));
+            io = in;
+            shunt::reduce_scatter_block(topo, MPI_IN_PLACE, io.data(), 37, MPI_INT, MPI_SUM, opt);
+            CHECK(std::equal(io.begin(), io.begin() + 37, part_want.begin()));
+            CHECK(std::equal(io.begin() + 37, io.end(), in.begin() + 37));
             std::vector<int> mine(in.begin(), in.begin() + 37);
             MPI_Allgather(mine.data(), 37, MPI_INT, want.data(), 37, MPI_INT, MPI_COMM_WORLD);
             shunt::allgather(topo, mine.data(), got.data(), 37, MPI_INT, opt);
