@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
                     [&](const void* s, void* r) {
                         check_mpi(PMPI_Reduce_scatter_block(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "PMPI_Reduce_scatter_block");
                     },
-                    un * word);  // in place, the input past the block stays as it was
+                    un * word);  // in place, the input past the block may stay as it was
             compare(name("MPI_Reduce_scatter"), total * word,
                     (in_place ? total : static_cast<std::size_t>(parts[static_cast<std::size_t>(me)])) * word, sdev, rdev, in_place,
                     [&](const void* s, void* r) {
