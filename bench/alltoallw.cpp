@@ -24,9 +24,9 @@ struct row_case {
     std::vector<double> send, recv[2];
     std::vector<MPI_Datatype> sendtypes, recvtypes, owned;
     std::vector<int> counts;
-    std::vector<int> isd, ird;         // Alltoallw: byte displacements
-    std::vector<MPI_Aint> asd, ard;    // Neighbor_alltoallw
-    std::int64_t bytes = 0;            // packed bytes this rank sends per call
+    std::vector<int> isd, ird;  // Alltoallw: byte displacements
+    std::vector<MPI_Aint> asd, ard;  // Neighbor_alltoallw
+    std::int64_t bytes = 0;  // packed bytes this rank sends per call
     ~row_case() {
         for (auto& t : owned) MPI_Type_free(&t);
     }
@@ -44,8 +44,8 @@ void halo(row_case& c, int n) {
         for (int side = 0; side < 2; ++side) {  // below, then above: MPI's neighbour order
             int sub[3] = {n, n, n}, from[3] = {1, 1, 1}, to[3] = {1, 1, 1};
             sub[d] = 1;
-            from[d] = side == 0 ? 1 : n;      // the interior face sent that way
-            to[d] = side == 0 ? 0 : n + 1;    // the ghost face received from that way
+            from[d] = side == 0 ? 1 : n;  // the interior face sent that way
+            to[d] = side == 0 ? 0 : n + 1;  // the ghost face received from that way
             MPI_Datatype s, r;
             MPI_Type_create_subarray(3, sizes, sub, from, MPI_ORDER_C, MPI_DOUBLE, &s);
             MPI_Type_create_subarray(3, sizes, sub, to, MPI_ORDER_C, MPI_DOUBLE, &r);
@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
             if (o.selected(r)) std::printf("%s\n", r.c_str());
         return 0;
     }
-    if (!calls_shunt("bench-alltoallw", "MPI_Alltoallw", reinterpret_cast<void*>(&MPI_Alltoallw), reinterpret_cast<void*>(&PMPI_Alltoallw)))
+    if (!calls_shunt("bench-alltoallw", "MPI_Alltoallw", reinterpret_cast<void*>(&MPI_Alltoallw),
+                     reinterpret_cast<void*>(&PMPI_Alltoallw)))
         return 1;
 
     MPI_Init(&argc, &argv);

@@ -67,10 +67,14 @@ inline std::int64_t parse_size(std::string_view text, std::string_view what, std
     int shift = 0;
     if (!rest.empty()) {
         switch (rest.front()) {
-            case 'k': case 'K': shift = 10; break;
-            case 'm': case 'M': shift = 20; break;
-            case 'g': case 'G': shift = 30; break;
-            case 't': case 'T': shift = 40; break;
+            case 'k':
+            case 'K': shift = 10; break;
+            case 'm':
+            case 'M': shift = 20; break;
+            case 'g':
+            case 'G': shift = 30; break;
+            case 't':
+            case 'T': shift = 40; break;
             default: break;
         }
         if (shift != 0) {
@@ -93,8 +97,7 @@ inline std::int64_t parse_size(std::string_view text, std::string_view what, std
 /// up to HI), LO:HI:xF (multiplying by F >= 2) or LO:HI:+S (adding S >= 1). Keeps the order
 /// given, drops repeats. Throws usage_error on an empty item, an empty range, or more than
 /// 100000 values.
-inline std::vector<std::int64_t> parse_size_list(std::string_view text, std::string_view what,
-                                                 std::int64_t min = 1) {
+inline std::vector<std::int64_t> parse_size_list(std::string_view text, std::string_view what, std::int64_t min = 1) {
     constexpr std::size_t max_values = 100000;
     std::vector<std::int64_t> out;
     std::set<std::int64_t> seen;
@@ -116,8 +119,8 @@ inline std::vector<std::int64_t> parse_size_list(std::string_view text, std::str
         } else {
             const std::size_t c2 = item.find(':', c1 + 1);
             const std::int64_t lo = parse_size(item.substr(0, c1), what, min);
-            const std::int64_t hi = parse_size(item.substr(c1 + 1, c2 == std::string_view::npos ? item.npos : c2 - c1 - 1),
-                                               what, min);
+            const std::int64_t hi =
+                parse_size(item.substr(c1 + 1, c2 == std::string_view::npos ? item.npos : c2 - c1 - 1), what, min);
             if (lo > hi)
                 throw usage_error(std::string(what) + ": range '" + std::string(item) + "' is empty (LO > HI)");
             bool multiply = true;
@@ -133,8 +136,8 @@ inline std::vector<std::int64_t> parse_size_list(std::string_view text, std::str
             for (std::int64_t v = lo; v <= hi;) {
                 add(v);
                 std::int64_t next = 0;
-                const bool overflow = multiply ? __builtin_mul_overflow(v, step, &next)
-                                               : __builtin_add_overflow(v, step, &next);
+                const bool overflow =
+                    multiply ? __builtin_mul_overflow(v, step, &next) : __builtin_add_overflow(v, step, &next);
                 if (overflow) break;
                 v = next;
             }
@@ -159,7 +162,8 @@ inline double parse_seconds(std::string_view text, std::string_view what) {
     double value = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
     if (ec != std::errc() || p != text.data() + text.size() || !(value > 0) || !std::isfinite(value))
-        throw usage_error(std::string(what) + ": expected a positive number of seconds, got '" + std::string(text) + "'");
+        throw usage_error(std::string(what) + ": expected a positive number of seconds, got '" + std::string(text) +
+                          "'");
     return value;
 }
 
@@ -174,7 +178,8 @@ inline std::string format_bytes(std::int64_t n) {
             const std::int64_t scale = decimals == 0 ? 1 : decimals == 1 ? 10 : 100;
             if (n > std::numeric_limits<std::int64_t>::max() / scale || (n * scale) % unit != 0) continue;
             char buf[48];
-            std::snprintf(buf, sizeof buf, "%.*f%s", decimals, static_cast<double>(n) / static_cast<double>(unit), units[u]);
+            std::snprintf(buf, sizeof buf, "%.*f%s", decimals, static_cast<double>(n) / static_cast<double>(unit),
+                          units[u]);
             return buf;
         }
     }
@@ -184,14 +189,14 @@ inline std::string format_bytes(std::int64_t n) {
 /// What every benchmark accepts; filled by cli::parse.
 struct options {
     std::vector<std::int64_t> sizes;  ///< --sizes; empty: the benchmark's own defaults
-    std::int64_t reps = 0;            ///< --reps: calls per timed trial; 0 calibrates each variant
-    int warmup = 2;                   ///< --warmup: untimed calls of each variant before its trials
-                                      ///< (one at least when --reps is calibrated)
-    int trials = 15;                  ///< --trials: interleaved trials of each variant (most)
-    double time_s = 1.0;              ///< --time: a measurement stops adding trials past this
-    bool csv = false;                 ///< --csv given
-    std::string csv_path;             ///< --csv FILE; empty with csv: CSV replaces the table on stdout
-    bool list = false;                ///< --list: print the row names and exit
+    std::int64_t reps = 0;  ///< --reps: calls per timed trial; 0 calibrates each variant
+    int warmup = 2;  ///< --warmup: untimed calls of each variant before its trials
+        ///< (one at least when --reps is calibrated)
+    int trials = 15;  ///< --trials: interleaved trials of each variant (most)
+    double time_s = 1.0;  ///< --time: a measurement stops adding trials past this
+    bool csv = false;  ///< --csv given
+    std::string csv_path;  ///< --csv FILE; empty with csv: CSV replaces the table on stdout
+    bool list = false;  ///< --list: print the row names and exit
     std::set<std::string, std::less<>> given;  ///< the options present on the command line
 
     /// True when the option (e.g. "--trials") was on the command line.
@@ -306,7 +311,8 @@ public:
                 no_value();
                 o.list = true;
             } else {
-                const auto it = std::find_if(own_.begin(), own_.end(), [&](const own_option& x) { return x.name == name; });
+                const auto it =
+                    std::find_if(own_.begin(), own_.end(), [&](const own_option& x) { return x.name == name; });
                 if (it == own_.end()) throw usage_error("unknown option '" + name + "'");
                 if (it->metavar.empty()) {
                     no_value();
@@ -325,13 +331,15 @@ public:
         auto line = [](const std::string& left, const std::string& help) {
             // Help text may hold newlines: continuation lines align under the first.
             std::string text = help;
-            for (std::size_t at = 0; (at = text.find('\n', at)) != std::string::npos; at += 28) text.insert(at + 1, 27, ' ');
+            for (std::size_t at = 0; (at = text.find('\n', at)) != std::string::npos; at += 28)
+                text.insert(at + 1, 27, ' ');
             std::printf("  %-24s %s\n", left.c_str(), text.c_str());
         };
         line("--sizes LIST", "object sizes: 64K,1M or ranges LO:HI (x2), LO:HI:xF, LO:HI:+S; K=1024");
         line("--reps N|auto", "calls per timed trial (auto: each variant calibrated to about 1 ms)");
-        line("--warmup N", "untimed calls of each variant before its trials (default 2; with\n"
-                           "--reps auto at least 1, which also calibrates)");
+        line("--warmup N",
+             "untimed calls of each variant before its trials (default 2; with\n"
+             "--reps auto at least 1, which also calibrates)");
         char trials[96], time[96];
         std::snprintf(trials, sizeof trials, "interleaved trials per variant; the best is reported (default %d)",
                       defaults_.trials);
@@ -365,10 +373,10 @@ private:
 
 /// The timing of one variant of a row.
 struct timing {
-    double best_s = 0;      ///< fastest time per call over all trials
-    double median_s = 0;    ///< median time per call over all trials
+    double best_s = 0;  ///< fastest time per call over all trials
+    double median_s = 0;  ///< median time per call over all trials
     std::int64_t reps = 0;  ///< calls per trial
-    int trials = 0;         ///< trials run
+    int trials = 0;  ///< trials run
 };
 
 /// Target length of one calibrated trial: short, so that many trials fit and some of them miss
@@ -432,8 +440,8 @@ inline std::vector<timing> measure(std::span<const std::function<void()>> varian
         if (o.reps > 0)
             out[v].reps = o.reps;
         else
-            out[v].reps = std::clamp<std::int64_t>(static_cast<std::int64_t>(target_trial_s / std::max(fastest, 1e-9)), 1,
-                                                   std::int64_t{1} << 20);
+            out[v].reps = std::clamp<std::int64_t>(static_cast<std::int64_t>(target_trial_s / std::max(fastest, 1e-9)),
+                                                   1, std::int64_t{1} << 20);
     }
     std::vector<std::vector<double>> samples(n);
     trial_order order(n);
@@ -522,8 +530,10 @@ public:
                 std::string h, rule;
                 for (std::size_t i = 0; i < columns_.size(); ++i) {
                     h += pad(columns_[i].header, columns_[i]);
-                    rule += std::string(static_cast<std::size_t>(std::max<int>(columns_[i].width,
-                                        static_cast<int>(columns_[i].header.size()))) + (i ? 2 : 0), '-');
+                    rule += std::string(static_cast<std::size_t>(std::max<int>(
+                                            columns_[i].width, static_cast<int>(columns_[i].header.size()))) +
+                                            (i ? 2 : 0),
+                                        '-');
                 }
                 std::printf("%s\n%s\n", h.c_str(), rule.c_str());
                 header_done_ = true;
@@ -534,7 +544,8 @@ public:
             std::fflush(stdout);
         }
         if (csv_) {
-            for (std::size_t i = 0; i < cells.size(); ++i) std::fprintf(csv_, "%s%s", i ? "," : "", cells[i].csv.c_str());
+            for (std::size_t i = 0; i < cells.size(); ++i)
+                std::fprintf(csv_, "%s%s", i ? "," : "", cells[i].csv.c_str());
             std::fprintf(csv_, "\n");
             std::fflush(csv_);
         }

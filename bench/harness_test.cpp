@@ -4,12 +4,12 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 
 using namespace shunt::bench;
 
@@ -84,10 +84,14 @@ TEST_CASE("parse_size_list rejects empty items, empty ranges, bad steps and huge
     CHECK_THROWS_WITH_AS(parse_size_list("1K,", "--sizes"), doctest::Contains("empty item"), usage_error);
     CHECK_THROWS_WITH_AS(parse_size_list("8K:1K", "--sizes"), doctest::Contains("is empty (LO > HI)"), usage_error);
     CHECK_THROWS_WITH_AS(parse_size_list("1:8:2", "--sizes"), doctest::Contains("must be xF"), usage_error);
-    CHECK_THROWS_WITH_AS(parse_size_list("1:8:x1", "--sizes"), doctest::Contains("below the minimum of 2"), usage_error);
-    CHECK_THROWS_WITH_AS(parse_size_list("1:8:+0", "--sizes"), doctest::Contains("below the minimum of 1"), usage_error);
-    CHECK_THROWS_WITH_AS(parse_size_list("1:1G:+1", "--sizes"), doctest::Contains("more than 100000 values"), usage_error);
-    CHECK_THROWS_WITH_AS(parse_size_list("1:x:+1", "--sizes"), doctest::Contains("'x' is not a byte count"), usage_error);
+    CHECK_THROWS_WITH_AS(parse_size_list("1:8:x1", "--sizes"), doctest::Contains("below the minimum of 2"),
+                         usage_error);
+    CHECK_THROWS_WITH_AS(parse_size_list("1:8:+0", "--sizes"), doctest::Contains("below the minimum of 1"),
+                         usage_error);
+    CHECK_THROWS_WITH_AS(parse_size_list("1:1G:+1", "--sizes"), doctest::Contains("more than 100000 values"),
+                         usage_error);
+    CHECK_THROWS_WITH_AS(parse_size_list("1:x:+1", "--sizes"), doctest::Contains("'x' is not a byte count"),
+                         usage_error);
 }
 
 TEST_CASE("parse_int and parse_seconds are strict") {

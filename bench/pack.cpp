@@ -52,7 +52,8 @@ std::vector<stride_spec> parse_strides(const std::string& text) {
         const std::size_t comma = std::min(text.find(',', start), text.size());
         const std::string item = text.substr(start, comma - start);
         if (!item.empty() && (item.back() == 'x' || item.back() == 'X'))
-            out.push_back({parse_int(item.substr(0, item.size() - 1), "--strides (multiple of the block)", 1, 1 << 20), true});
+            out.push_back(
+                {parse_int(item.substr(0, item.size() - 1), "--strides (multiple of the block)", 1, 1 << 20), true});
         else
             out.push_back({parse_size(item, "--strides"), false});
         start = comma + 1;
@@ -65,7 +66,7 @@ std::vector<stride_spec> parse_strides(const std::string& text) {
 struct pack_case {
     std::string name;
     std::string family;
-    std::int64_t block = 0;   // bytes per block (the mean for indexed)
+    std::int64_t block = 0;  // bytes per block (the mean for indexed)
     std::int64_t stride = 0;  // bytes from block to block; 0: irregular
     std::int64_t footprint = 0;  // bytes the typed buffer spans (MPI's true extent)
     std::function<MPI_Datatype()> make;
@@ -89,15 +90,17 @@ std::vector<pack_case> make_cases(const settings& s) {
                 if (stride < b || count == 0 || std::find(done.begin(), done.end(), stride) != done.end()) continue;
                 done.push_back(stride);
                 std::int64_t footprint = 0;  // an absurd stride overflows: then the case is skipped as too big
-                if (__builtin_mul_overflow(count - 1, stride, &footprint) || __builtin_add_overflow(footprint, b, &footprint))
+                if (__builtin_mul_overflow(count - 1, stride, &footprint) ||
+                    __builtin_add_overflow(footprint, b, &footprint))
                     footprint = std::numeric_limits<std::int64_t>::max();
-                cases.push_back({"vector/b" + std::to_string(b) + "/s" + std::to_string(stride) + "/" + format_bytes(count * b),
-                                 "vector", b, stride, footprint, [=] {
-                                     MPI_Datatype t;
-                                     SHUNT_CHECK_MPI(MPI_Type_create_hvector(static_cast<int>(count), static_cast<int>(b),
-                                                                             stride, MPI_BYTE, &t));
-                                     return commit(t);
-                                 }});
+                cases.push_back(
+                    {"vector/b" + std::to_string(b) + "/s" + std::to_string(stride) + "/" + format_bytes(count * b),
+                     "vector", b, stride, footprint, [=] {
+                         MPI_Datatype t;
+                         SHUNT_CHECK_MPI(MPI_Type_create_hvector(static_cast<int>(count), static_cast<int>(b), stride,
+                                                                 MPI_BYTE, &t));
+                         return commit(t);
+                     }});
             }
         }
     }
@@ -111,14 +114,15 @@ std::vector<pack_case> make_cases(const settings& s) {
             int sub[3];  // z, y, x (C order)
             std::int64_t block;
         };
-        const face faces[] = {{"halo-x", {n, n, r}, r * 8}, {"halo-y", {n, r, n}, n64 * 8}, {"halo-z", {r, n, n}, n64 * 8}};
+        const face faces[] = {
+            {"halo-x", {n, n, r}, r * 8}, {"halo-y", {n, r, n}, n64 * 8}, {"halo-z", {r, n, n}, n64 * 8}};
         for (const face& f : faces) {
             const std::int64_t footprint = ((std::int64_t{f.sub[0]} - 1) * full + f.sub[1] - 1) * row + f.sub[2] * 8;
             cases.push_back({std::string(f.family) + "/n" + std::to_string(n), f.family, f.block, row, footprint, [=] {
                                  const int sizes[3] = {full, full, full}, starts[3] = {r, r, r};
                                  MPI_Datatype t;
-                                 SHUNT_CHECK_MPI(MPI_Type_create_subarray(3, sizes, f.sub, starts, MPI_ORDER_C,
-                                                                          MPI_DOUBLE, &t));
+                                 SHUNT_CHECK_MPI(
+                                     MPI_Type_create_subarray(3, sizes, f.sub, starts, MPI_ORDER_C, MPI_DOUBLE, &t));
                                  return commit(t);
                              }});
         }
@@ -205,8 +209,9 @@ void expect_equal(const std::byte* library, const std::byte* shunt_bytes, std::i
     std::int64_t i = 0;
     while (library[i] == shunt_bytes[i]) ++i;
     char msg[256];
-    std::snprintf(msg, sizeof msg, ": byte %lld of %lld differs (library 0x%02x, shunt 0x%02x)", static_cast<long long>(i),
-                  static_cast<long long>(n), static_cast<unsigned>(library[i]), static_cast<unsigned>(shunt_bytes[i]));
+    std::snprintf(msg, sizeof msg, ": byte %lld of %lld differs (library 0x%02x, shunt 0x%02x)",
+                  static_cast<long long>(i), static_cast<long long>(n), static_cast<unsigned>(library[i]),
+                  static_cast<unsigned>(shunt_bytes[i]));
     throw shunt::error("MISMATCH in " + what + msg);
 }
 
@@ -286,7 +291,8 @@ private:
         unsigned sum = 0;
         std::byte* const out = typed_out_.data();
         for (std::int64_t i = 0, k = 0; i < n_; i += 64, ++k) {
-            for (std::int64_t at = share_[k] / 64 * 64; at < share_[k + 1]; at += 64) sum += static_cast<unsigned>(packed_[at]);
+            for (std::int64_t at = share_[k] / 64 * 64; at < share_[k + 1]; at += 64)
+                sum += static_cast<unsigned>(packed_[at]);
             for (std::int64_t j = i, end = std::min(i + 64, n_); j < end; ++j) {
                 if constexpr (Prefetch) __builtin_prefetch(line(out, j + prefetch_ahead), 1);
                 *line(out, j) ^= std::byte{1};
@@ -301,12 +307,12 @@ private:
         return base + std::int64_t{lines_[static_cast<std::size_t>(j)]} * 64;
     }
 
-    std::int64_t n_ = 0;                ///< touched lines
+    std::int64_t n_ = 0;  ///< touched lines
     std::vector<std::uint32_t> lines_;  ///< their numbers, then prefetch_ahead copies of the last
-    std::vector<std::int64_t> share_;   ///< share_[k]: the packed bytes before line 64k; last: all
-    const std::byte* typed_;           ///< the pack variants' input
-    const std::byte* packed_;          ///< the unpack variants' input
-    buffer packed_out_, typed_out_;    ///< their outputs, of their own
+    std::vector<std::int64_t> share_;  ///< share_[k]: the packed bytes before line 64k; last: all
+    const std::byte* typed_;  ///< the pack variants' input
+    const std::byte* packed_;  ///< the unpack variants' input
+    buffer packed_out_, typed_out_;  ///< their outputs, of their own
     volatile unsigned sink_ = 0;
 };
 
@@ -316,7 +322,8 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
     MPI_Count size = 0, true_lb = 0, true_extent = 0;
     SHUNT_CHECK_MPI(MPI_Type_size_x(type, &size));
     SHUNT_CHECK_MPI(MPI_Type_get_true_extent_x(type, &true_lb, &true_extent));
-    if (size > INT_MAX) throw shunt::error(c.name + ": " + std::to_string(size) + " bytes is beyond MPI_Pack's int sizes");
+    if (size > INT_MAX)
+        throw shunt::error(c.name + ": " + std::to_string(size) + " bytes is beyond MPI_Pack's int sizes");
     const int isize = static_cast<int>(size);
     // Typed buffers span the type's true extent; element 0 sits at span - true_lb.
     buffer typed(true_extent), typed_library(true_extent), typed_shunt(true_extent), typed_again(true_extent);
@@ -338,7 +345,8 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
     SHUNT_CHECK_MPI(MPI_Pack(in, 1, type, packed_shunt.data(), isize, &pos_shunt, MPI_COMM_SELF));
     if (pos_library != isize || pos_shunt != isize)
         throw shunt::error("MISMATCH in pack/" + c.name + ": position after MPI_Pack is " + std::to_string(pos_shunt) +
-                           " (shunt) and " + std::to_string(pos_library) + " (library), expected " + std::to_string(isize));
+                           " (shunt) and " + std::to_string(pos_library) + " (library), expected " +
+                           std::to_string(isize));
     expect_equal(packed_library.data(), packed_shunt.data(), size, "pack/" + c.name);
     fill(typed_library.data(), true_extent, 4);
     fill(typed_shunt.data(), true_extent, 4);
@@ -346,8 +354,9 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
     SHUNT_CHECK_MPI(PMPI_Unpack(packed_library.data(), isize, &pos_library, out_library, 1, type, MPI_COMM_SELF));
     SHUNT_CHECK_MPI(MPI_Unpack(packed_library.data(), isize, &pos_shunt, out_shunt, 1, type, MPI_COMM_SELF));
     if (pos_library != isize || pos_shunt != isize)
-        throw shunt::error("MISMATCH in unpack/" + c.name + ": position after MPI_Unpack is " + std::to_string(pos_shunt) +
-                           " (shunt) and " + std::to_string(pos_library) + " (library), expected " + std::to_string(isize));
+        throw shunt::error("MISMATCH in unpack/" + c.name + ": position after MPI_Unpack is " +
+                           std::to_string(pos_shunt) + " (shunt) and " + std::to_string(pos_library) +
+                           " (library), expected " + std::to_string(isize));
     expect_equal(typed_library.data(), typed_shunt.data(), true_extent, "unpack/" + c.name + " (typed buffer)");
 
     // The least traffic a packer moves: the cache lines the type touches, marked by the library's
@@ -368,7 +377,7 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
         // t: the library, shunt, memcpy, the library again, the footprint's memcpy, then the bounds
         const double library_s = t[0].best_s, shunt_s = t[1].best_s, memcpy_s = t[2].best_s, again_s = t[3].best_s,
                      span_s = t[4].best_s,
-                     bound_s = std::min_element(t.begin() + 5, t.end(), [](const timing& a, const timing& b) {
+                     bound_s = std::min_element(t.begin() + 5, t.end(), [](const timing&a, const timing&b) {
                                    return a.best_s < b.best_s;
                                })->best_s;
         out.row({text_cell(op), text_cell(c.family), bytes_cell(c.block),
@@ -430,7 +439,6 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
     }
 }
 
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -439,18 +447,21 @@ int main(int argc, char** argv) {
              "Times MPI_Pack and MPI_Unpack of the MPI library (PMPI_*) against shunt's (MPI_* in libshunt) in\n"
              "one process, for 2-D vectors, 3-D halo faces and irregular indexed types, with memcpy of the\n"
              "same bytes as the bound. Every row first checks that shunt's bytes equal the library's.");
-    line.flag("--quick", "a small set that runs in seconds (CI smoke test): 64K objects, blocks\n"
-                         "1,8,64,512, stride 2x, cube 32, indexed 8,64; 5 trials",
+    line.flag("--quick",
+              "a small set that runs in seconds (CI smoke test): 64K objects, blocks\n"
+              "1,8,64,512, stride 2x, cube 32, indexed 8,64; 5 trials",
               [&] { s.quick = true; });
     line.option("--blocks", "LIST", "block lengths of the vector family (default 1:512, doubling)",
                 [&](const std::string& v) { s.blocks = parse_size_list(v, "--blocks"); });
-    line.option("--strides", "LIST", "strides of the vector family: Nx (N times the block) or bytes (default 2x,4x,512)",
+    line.option("--strides", "LIST",
+                "strides of the vector family: Nx (N times the block) or bytes (default 2x,4x,512)",
                 [&](const std::string& v) { s.strides = parse_strides(v); });
     line.option("--cubes", "LIST", "cube edges n of the halo family, n^3 doubles plus the halo (default 128,256)",
                 [&](const std::string& v) { s.cubes = parse_size_list(v, "--cubes"); });
     line.option("--indexed", "LIST", "mean block lengths of the indexed family (default 8,64,512)",
                 [&](const std::string& v) { s.indexed = parse_size_list(v, "--indexed"); });
-    line.option("--max-footprint", "BYTES", "skip types whose buffer spans more (7 such buffers are held;\n"
+    line.option("--max-footprint", "BYTES",
+                "skip types whose buffer spans more (7 such buffers are held;\n"
                 "default 1G)",
                 [&](const std::string& v) { s.max_footprint = parse_size(v, "--max-footprint"); });
     line.epilog(

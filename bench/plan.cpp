@@ -50,7 +50,9 @@ int main(int argc, char** argv) {
     }
     auto model = std::make_shared<shunt::cost_model>();
     shunt::planner planner(model);
-    table out({{"decision", 22, "decision", true}, {"ns/call", 8, "ns_per_call"}, {"goal", 6, "goal_ns"},
+    table out({{"decision", 22, "decision", true},
+               {"ns/call", 8, "ns_per_call"},
+               {"goal", 6, "goal_ns"},
                {"within", 6, "within_goal"}},
               o);
     out.note("bench-plan: best of up to " + std::to_string(o.trials) + " trials of about 1 ms each");
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
     shape.level_names = {"node"};
     shape.group_sizes = {2};
     shunt::collective_tuner tuner(shape, 0);  // decides from the model: no measuring
-    const auto agree = [](double*, int) {};   // one process: nothing to agree with
+    const auto agree = [](double*, int) {};  // one process: nothing to agree with
     for (std::int64_t b = 8; b <= (std::int64_t{1} << 26); b *= 8)
         tuner.choose(*model, shunt::coll_op::allreduce, b, std::nullopt, agree);
     std::int64_t coll_bytes = 1 << 20;
@@ -76,12 +78,14 @@ int main(int argc, char** argv) {
         {"pack/vector-b512-1M", [&] { keep(planner.pack(t512, 1, false).chosen); }},
         {"unpack/vector-b1-64K", [&] { keep(planner.pack(t1, 1, true).chosen); }},
         {"pack/mixed-64-keys", [&] { keep(planner.pack(mixed[next++ & 63], 1, false).chosen); }},
-        {"coll/settled", [&] {
+        {"coll/settled",
+         [&] {
              const auto m = tuner.settled(shunt::coll_op::allreduce, coll_bytes);
              tuner.count_settled(shunt::coll_op::allreduce, coll_bytes);
              keep(m);
          }},
-        {"coll/choose", [&] { keep(tuner.choose(*model, shunt::coll_op::allreduce, coll_bytes, std::nullopt, agree).method); }},
+        {"coll/choose",
+         [&] { keep(tuner.choose(*model, shunt::coll_op::allreduce, coll_bytes, std::nullopt, agree).method); }},
     };
     for (const auto& it : items) {
         if (!o.selected(it.name)) continue;

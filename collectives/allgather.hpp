@@ -45,7 +45,8 @@ inline void allgather(const topology& topo, const void* sendbuf, void* recvbuf, 
     const std::int64_t es = detail::dense_size(type);
     if (es <= 0) throw unsupported("allgather: datatype is not a dense element type");
     mpi_transport t(topo.comm());
-    const void* mine = sendbuf == MPI_IN_PLACE ? static_cast<const std::byte*>(recvbuf) + topo.rank() * count * es : sendbuf;
+    const void* mine =
+        sendbuf == MPI_IN_PLACE ? static_cast<const std::byte*>(recvbuf) + topo.rank() * count * es : sendbuf;
     allgather(t, topo.groups(opt.levels), mine, recvbuf, count * es, opt);
 }
 

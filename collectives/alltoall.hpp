@@ -7,8 +7,8 @@
 #include <shunt/topology/hierarchy.hpp>
 #include <shunt/topology/topology.hpp>
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <stdexcept>
@@ -22,9 +22,15 @@ namespace detail {
 /// members and the caller's position in it, and which destinations each member collects.
 struct aggregation {
     aggregation(const hierarchy& hier, int level, int me)
-        : h(hier), k(level), my_group(hier.group_of(level, me)), mine(hier.members(level, my_group)),
-          g(static_cast<int>(mine.size())), my_pos(hier.position(level, me)), dests(static_cast<std::size_t>(g)) {
-        for (int y = 0; y < h.size(); ++y) dests[static_cast<std::size_t>(h.position(k, rep_in(my_group, y)))].push_back(y);
+        : h(hier),
+          k(level),
+          my_group(hier.group_of(level, me)),
+          mine(hier.members(level, my_group)),
+          g(static_cast<int>(mine.size())),
+          my_pos(hier.position(level, me)),
+          dests(static_cast<std::size_t>(g)) {
+        for (int y = 0; y < h.size(); ++y)
+            dests[static_cast<std::size_t>(h.position(k, rep_in(my_group, y)))].push_back(y);
     }
     /// The member of `group` that forwards blocks for y into y's group (y itself inside it).
     int rep_in(int group, int y) const {
@@ -58,7 +64,8 @@ struct aggregation {
 template <transport T>
 void alltoall(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::int64_t bytes,
               const collective_options& opt = {}) {
-    if (h.size() != t.size()) throw std::invalid_argument("alltoall: the hierarchy does not match the transport's group size");
+    if (h.size() != t.size())
+        throw std::invalid_argument("alltoall: the hierarchy does not match the transport's group size");
     if (bytes <= 0) return;
     const int p = t.size(), me = t.rank();
     auto* out = static_cast<std::byte*>(recvbuf);
@@ -121,7 +128,8 @@ void alltoall(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std:
                              static_cast<std::int64_t>(dests[static_cast<std::size_t>(zi)].size()) * bytes});
             recvs.push_back({zi, inbox.data() + zi * nd * bytes, nd * bytes});
         }
-        t.copy(inbox.data() + my_pos * nd * bytes, pack.data() + first[static_cast<std::size_t>(my_pos)] * bytes, nd * bytes);
+        t.copy(inbox.data() + my_pos * nd * bytes, pack.data() + first[static_cast<std::size_t>(my_pos)] * bytes,
+               nd * bytes);
         group_view<T> grp(t, mine);
         grp.exchange(sends, recvs);
     }
@@ -132,8 +140,10 @@ void alltoall(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std:
         std::int64_t yo = 0;
         for (std::int64_t yi = 0; yi < nd; ++yi) {
             const std::byte* src = inbox.data() + (zi * nd + yi) * bytes;
-            if (my_dests[static_cast<std::size_t>(yi)] == me) t.copy(oblk(mine[static_cast<std::size_t>(zi)]), src, bytes);
-            else t.copy(stage.data() + (yo++ * g + zi) * bytes, src, bytes);
+            if (my_dests[static_cast<std::size_t>(yi)] == me)
+                t.copy(oblk(mine[static_cast<std::size_t>(zi)]), src, bytes);
+            else
+                t.copy(stage.data() + (yo++ * g + zi) * bytes, src, bytes);
         }
     }
 
@@ -142,7 +152,8 @@ void alltoall(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std:
     std::vector<send_message> sends;
     std::vector<recv_message> recvs;
     for (std::int64_t yo = 0; yo < n_out; ++yo)
-        sends.push_back({outside[static_cast<std::size_t>(yo)], stage.data() + yo * g * bytes, static_cast<std::int64_t>(g) * bytes});
+        sends.push_back({outside[static_cast<std::size_t>(yo)], stage.data() + yo * g * bytes,
+                         static_cast<std::int64_t>(g) * bytes});
     std::int64_t scattered = 0;
     for (int grp = 0; grp < h.groups(k); ++grp) {
         const auto m = h.members(k, grp);

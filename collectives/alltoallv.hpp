@@ -36,7 +36,8 @@ void alltoallv(T& t, const hierarchy& h, const void* sendbuf, std::span<const st
                std::span<const std::int64_t> send_offsets, void* recvbuf, std::span<const std::int64_t> recv_bytes,
                std::span<const std::int64_t> recv_offsets, const collective_options& opt = {}) {
     const int p = t.size(), me = t.rank();
-    if (h.size() != p) throw std::invalid_argument("alltoallv: the hierarchy does not match the transport's group size");
+    if (h.size() != p)
+        throw std::invalid_argument("alltoallv: the hierarchy does not match the transport's group size");
     const auto up = static_cast<std::size_t>(p);
     if (send_bytes.size() < up || send_offsets.size() < up || recv_bytes.size() < up || recv_offsets.size() < up)
         throw std::invalid_argument("alltoallv: counts and offsets need one entry per rank");
@@ -94,7 +95,8 @@ void alltoallv(T& t, const hierarchy& h, const void* sendbuf, std::span<const st
             }
             const auto count = static_cast<std::int64_t>(dests[zs].size());
             if (count > 0)
-                sends.push_back({zi, my_sizes.data() + first[zs], count * static_cast<std::int64_t>(sizeof(std::int64_t))});
+                sends.push_back(
+                    {zi, my_sizes.data() + first[zs], count * static_cast<std::int64_t>(sizeof(std::int64_t))});
             if (nd > 0)
                 recvs.push_back({zi, sizes.data() + zs * nd, static_cast<std::int64_t>(nd * sizeof(std::int64_t))});
         }
@@ -173,7 +175,8 @@ void alltoallv(T& t, const hierarchy& h, const void* sendbuf, std::span<const st
     std::vector<send_message> sends;
     std::vector<recv_message> recvs;
     for (std::size_t o = 0; o < outside.size(); ++o)
-        if (stage_at[o + 1] > stage_at[o]) sends.push_back({outside[o], stage.data() + stage_at[o], stage_at[o + 1] - stage_at[o]});
+        if (stage_at[o + 1] > stage_at[o])
+            sends.push_back({outside[o], stage.data() + stage_at[o], stage_at[o + 1] - stage_at[o]});
     std::vector<std::int64_t> land_at(static_cast<std::size_t>(h.groups(k)) + 1, 0);
     for (int gr = 0; gr < h.groups(k); ++gr) {
         std::int64_t total = 0;
@@ -213,7 +216,8 @@ inline void alltoallv(const topology& topo, const void* sendbuf, const int sendc
     std::int64_t span = 0;
     for (std::size_t i = 0; i < p; ++i) {
         const int sc = in_place ? recvcounts[i] : sendcounts[i], sd = in_place ? rdispls[i] : sdispls[i];
-        if (sc < 0 || sd < 0 || recvcounts[i] < 0 || rdispls[i] < 0) throw unsupported("alltoallv: negative count or displacement");
+        if (sc < 0 || sd < 0 || recvcounts[i] < 0 || rdispls[i] < 0)
+            throw unsupported("alltoallv: negative count or displacement");
         sb[i] = sc * es, so[i] = sd * es, rb[i] = recvcounts[i] * es, ro[i] = rdispls[i] * es;
         span = std::max(span, ro[i] + rb[i]);
     }

@@ -42,7 +42,9 @@ void bcast(T& t, const hierarchy& h, void* buf, std::int64_t bytes, int root, co
         if (me == root) {
             std::vector<send_message> sends;
             for (int r : group)
-                if (r != root) sends.push_back({r, data + own[static_cast<std::size_t>(r)].offset, own[static_cast<std::size_t>(r)].count});
+                if (r != root)
+                    sends.push_back(
+                        {r, data + own[static_cast<std::size_t>(r)].offset, own[static_cast<std::size_t>(r)].count});
             t.exchange(sends, {});
         } else if (own[static_cast<std::size_t>(me)].count > 0) {
             t.recv(root, data + own[static_cast<std::size_t>(me)].offset, own[static_cast<std::size_t>(me)].count);

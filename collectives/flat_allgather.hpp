@@ -42,7 +42,8 @@ void flat_bcast(T& t, int root, std::byte* buf, std::int64_t bytes, const collec
     if (me == root) {
         std::vector<send_message> sends;
         for (int i = 0; i < q; ++i)
-            if (i != root) sends.push_back({i, buf + off[static_cast<std::size_t>(i)], piece[static_cast<std::size_t>(i)]});
+            if (i != root)
+                sends.push_back({i, buf + off[static_cast<std::size_t>(i)], piece[static_cast<std::size_t>(i)]});
         t.exchange(sends, {});
     } else {
         t.recv(root, buf + off[static_cast<std::size_t>(me)], piece[static_cast<std::size_t>(me)]);
@@ -97,7 +98,8 @@ void flat_allgather(T& t, std::byte* buf, std::span<const std::int64_t> shares,
     const int next = (me + 1) % q, prev = (me + q - 1) % q;
     for (int s = 0; s < q - 1; ++s) {
         const int sb = ((me - s) % q + q) % q, rb = ((me - s - 1) % q + q) % q;
-        t.sendrecv(next, at(sb), shares[static_cast<std::size_t>(sb)], prev, at(rb), shares[static_cast<std::size_t>(rb)]);
+        t.sendrecv(next, at(sb), shares[static_cast<std::size_t>(sb)], prev, at(rb),
+                   shares[static_cast<std::size_t>(rb)]);
     }
 }
 

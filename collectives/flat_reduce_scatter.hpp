@@ -28,7 +28,8 @@ void flat_reduce_scatter(T& t, std::byte* buf, std::span<const std::int64_t> sha
     const int me = t.rank();
     const std::int64_t es = red.element_size();
     std::vector<std::int64_t> off(static_cast<std::size_t>(q) + 1, 0);
-    for (int i = 0; i < q; ++i) off[static_cast<std::size_t>(i) + 1] = off[static_cast<std::size_t>(i)] + shares[static_cast<std::size_t>(i)];
+    for (int i = 0; i < q; ++i)
+        off[static_cast<std::size_t>(i) + 1] = off[static_cast<std::size_t>(i)] + shares[static_cast<std::size_t>(i)];
     auto at = [&](int i) { return buf + off[static_cast<std::size_t>(i)] * es; };
     auto count = [&](int lo, int hi) { return off[static_cast<std::size_t>(hi)] - off[static_cast<std::size_t>(lo)]; };
     const bool pow2 = (q & (q - 1)) == 0;
@@ -38,7 +39,10 @@ void flat_reduce_scatter(T& t, std::byte* buf, std::span<const std::int64_t> sha
         std::int64_t most = 0;
         for (int lo = 0, hi = q, mask = q / 2; mask >= 1; mask /= 2) {
             int mid = lo + mask;
-            if (me < mid) hi = mid; else lo = mid;
+            if (me < mid)
+                hi = mid;
+            else
+                lo = mid;
             most = std::max(most, count(lo, hi));
         }
         auto tmp = t.scratch(most * es);
@@ -46,7 +50,10 @@ void flat_reduce_scatter(T& t, std::byte* buf, std::span<const std::int64_t> sha
             const int partner = me ^ mask, mid = lo + mask;
             int keep_lo = lo, keep_hi = mid, send_lo = mid, send_hi = hi;
             if (me >= mid) {
-                keep_lo = mid; keep_hi = hi; send_lo = lo; send_hi = mid;
+                keep_lo = mid;
+                keep_hi = hi;
+                send_lo = lo;
+                send_hi = mid;
             }
             const std::int64_t keep = count(keep_lo, keep_hi);
             t.sendrecv(partner, at(send_lo), count(send_lo, send_hi) * es, partner, tmp.data(), keep * es);

@@ -84,20 +84,24 @@ public:
             auto* p = static_cast<std::byte*>(m.data);
             for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
                 reqs.push_back(MPI_REQUEST_NULL);
-                wait(PMPI_Irecv(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()), "PMPI_Irecv");
+                wait(PMPI_Irecv(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()),
+                     "PMPI_Irecv");
             }
         }
         for (const auto& m : sends) {
             const auto* p = static_cast<const std::byte*>(m.data);
             for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
                 reqs.push_back(MPI_REQUEST_NULL);
-                wait(PMPI_Isend(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()), "PMPI_Isend");
+                wait(PMPI_Isend(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()),
+                     "PMPI_Isend");
             }
         }
         if (reqs.empty()) return;
         wait(PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "PMPI_Waitall");
     }
-    void reduce(const mpi_reduction& red, const void* in, void* inout, std::int64_t count) { red.apply(in, inout, count); }
+    void reduce(const mpi_reduction& red, const void* in, void* inout, std::int64_t count) {
+        red.apply(in, inout, count);
+    }
     void copy(void* dst, const void* src, std::int64_t bytes) {
         if (bytes > 0 && dst != src) std::memmove(dst, src, static_cast<std::size_t>(bytes));
     }

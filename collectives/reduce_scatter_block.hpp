@@ -49,7 +49,8 @@ inline void reduce_scatter_block(const topology& topo, const void* sendbuf, void
     if (count < 0) throw unsupported("reduce_scatter_block: negative count");
     mpi_reduction red(type, op);
     mpi_transport t(topo.comm());
-    reduce_scatter_block(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, opt);
+    reduce_scatter_block(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red,
+                         opt);
 }
 
 }  // namespace shunt

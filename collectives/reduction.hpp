@@ -22,25 +22,71 @@ namespace detail {
 template <class C>
 using wrap_t = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
 struct op_sum {
-    template <class C> C operator()(C a, C b) const {
-        if constexpr (std::is_integral_v<C>) return static_cast<C>(static_cast<wrap_t<C>>(a) + static_cast<wrap_t<C>>(b));
-        else return a + b;
+    template <class C>
+    C operator()(C a, C b) const {
+        if constexpr (std::is_integral_v<C>)
+            return static_cast<C>(static_cast<wrap_t<C>>(a) + static_cast<wrap_t<C>>(b));
+        else
+            return a + b;
     }
 };
 struct op_prod {
-    template <class C> C operator()(C a, C b) const {
-        if constexpr (std::is_integral_v<C>) return static_cast<C>(static_cast<wrap_t<C>>(a) * static_cast<wrap_t<C>>(b));
-        else return a * b;
+    template <class C>
+    C operator()(C a, C b) const {
+        if constexpr (std::is_integral_v<C>)
+            return static_cast<C>(static_cast<wrap_t<C>>(a) * static_cast<wrap_t<C>>(b));
+        else
+            return a * b;
     }
 };
-struct op_min { template <class C> C operator()(C a, C b) const { return a < b ? a : b; } };
-struct op_max { template <class C> C operator()(C a, C b) const { return a > b ? a : b; } };
-struct op_land { template <class C> C operator()(C a, C b) const { return static_cast<C>(a && b); } };
-struct op_lor { template <class C> C operator()(C a, C b) const { return static_cast<C>(a || b); } };
-struct op_lxor { template <class C> C operator()(C a, C b) const { return static_cast<C>(!a != !b); } };
-struct op_band { template <class C> C operator()(C a, C b) const { return static_cast<C>(a & b); } };
-struct op_bor { template <class C> C operator()(C a, C b) const { return static_cast<C>(a | b); } };
-struct op_bxor { template <class C> C operator()(C a, C b) const { return static_cast<C>(a ^ b); } };
+struct op_min {
+    template <class C>
+    C operator()(C a, C b) const {
+        return a < b ? a : b;
+    }
+};
+struct op_max {
+    template <class C>
+    C operator()(C a, C b) const {
+        return a > b ? a : b;
+    }
+};
+struct op_land {
+    template <class C>
+    C operator()(C a, C b) const {
+        return static_cast<C>(a && b);
+    }
+};
+struct op_lor {
+    template <class C>
+    C operator()(C a, C b) const {
+        return static_cast<C>(a || b);
+    }
+};
+struct op_lxor {
+    template <class C>
+    C operator()(C a, C b) const {
+        return static_cast<C>(!a != !b);
+    }
+};
+struct op_band {
+    template <class C>
+    C operator()(C a, C b) const {
+        return static_cast<C>(a & b);
+    }
+};
+struct op_bor {
+    template <class C>
+    C operator()(C a, C b) const {
+        return static_cast<C>(a | b);
+    }
+};
+struct op_bxor {
+    template <class C>
+    C operator()(C a, C b) const {
+        return static_cast<C>(a ^ b);
+    }
+};
 
 using reduce_kernel = void (*)(const void*, void*, std::int64_t);
 
@@ -76,7 +122,8 @@ type_class with_c_type(MPI_Datatype t, F&& f) {
     if (t == MPI_LONG) return as.template operator()<long>(tc::integer);
     if (t == MPI_UNSIGNED_LONG) return as.template operator()<unsigned long>(tc::integer);
     if (t == MPI_LONG_LONG_INT || t == MPI_INT64_T) return as.template operator()<long long>(tc::integer);
-    if (t == MPI_UNSIGNED_LONG_LONG || t == MPI_UINT64_T) return as.template operator()<unsigned long long>(tc::integer);
+    if (t == MPI_UNSIGNED_LONG_LONG || t == MPI_UINT64_T)
+        return as.template operator()<unsigned long long>(tc::integer);
     if (t == MPI_AINT) return as.template operator()<std::make_signed_t<MPI_Aint>>(tc::integer);
     if (t == MPI_OFFSET) return as.template operator()<std::make_signed_t<MPI_Offset>>(tc::integer);
     if (t == MPI_COUNT) return as.template operator()<std::make_signed_t<MPI_Count>>(tc::integer);
@@ -99,28 +146,47 @@ inline reduce_kernel predefined_kernel(MPI_Datatype type, MPI_Op op) {
     auto pick = [&]<class C>() {
         auto arith = [&]<class Op>() { k = &reduce_loop<C, Op>; };
         if constexpr (std::is_integral_v<C> && !std::is_same_v<C, bool>) {
-            if (op == MPI_SUM) arith.template operator()<op_sum>();
-            else if (op == MPI_PROD) arith.template operator()<op_prod>();
-            else if (op == MPI_MIN) arith.template operator()<op_min>();
-            else if (op == MPI_MAX) arith.template operator()<op_max>();
-            else if (op == MPI_LAND) arith.template operator()<op_land>();
-            else if (op == MPI_LOR) arith.template operator()<op_lor>();
-            else if (op == MPI_LXOR) arith.template operator()<op_lxor>();
-            else if (op == MPI_BAND) arith.template operator()<op_band>();
-            else if (op == MPI_BOR) arith.template operator()<op_bor>();
-            else if (op == MPI_BXOR) arith.template operator()<op_bxor>();
+            if (op == MPI_SUM)
+                arith.template operator()<op_sum>();
+            else if (op == MPI_PROD)
+                arith.template operator()<op_prod>();
+            else if (op == MPI_MIN)
+                arith.template operator()<op_min>();
+            else if (op == MPI_MAX)
+                arith.template operator()<op_max>();
+            else if (op == MPI_LAND)
+                arith.template operator()<op_land>();
+            else if (op == MPI_LOR)
+                arith.template operator()<op_lor>();
+            else if (op == MPI_LXOR)
+                arith.template operator()<op_lxor>();
+            else if (op == MPI_BAND)
+                arith.template operator()<op_band>();
+            else if (op == MPI_BOR)
+                arith.template operator()<op_bor>();
+            else if (op == MPI_BXOR)
+                arith.template operator()<op_bxor>();
         } else if constexpr (std::is_same_v<C, bool>) {
-            if (op == MPI_LAND) arith.template operator()<op_land>();
-            else if (op == MPI_LOR) arith.template operator()<op_lor>();
-            else if (op == MPI_LXOR) arith.template operator()<op_lxor>();
+            if (op == MPI_LAND)
+                arith.template operator()<op_land>();
+            else if (op == MPI_LOR)
+                arith.template operator()<op_lor>();
+            else if (op == MPI_LXOR)
+                arith.template operator()<op_lxor>();
         } else if constexpr (std::is_floating_point_v<C>) {
-            if (op == MPI_SUM) arith.template operator()<op_sum>();
-            else if (op == MPI_PROD) arith.template operator()<op_prod>();
-            else if (op == MPI_MIN) arith.template operator()<op_min>();
-            else if (op == MPI_MAX) arith.template operator()<op_max>();
+            if (op == MPI_SUM)
+                arith.template operator()<op_sum>();
+            else if (op == MPI_PROD)
+                arith.template operator()<op_prod>();
+            else if (op == MPI_MIN)
+                arith.template operator()<op_min>();
+            else if (op == MPI_MAX)
+                arith.template operator()<op_max>();
         } else {  // complex
-            if (op == MPI_SUM) arith.template operator()<op_sum>();
-            else if (op == MPI_PROD) arith.template operator()<op_prod>();
+            if (op == MPI_SUM)
+                arith.template operator()<op_sum>();
+            else if (op == MPI_PROD)
+                arith.template operator()<op_prod>();
         }
     };
     cls = with_c_type(type, pick);
@@ -170,8 +236,8 @@ inline std::int64_t dense_size(MPI_Datatype type) {
 /// value against 1); any other type or op: true.
 inline bool library_orders_as_c(MPI_Datatype t, MPI_Op op) {
     if (op != MPI_MIN && op != MPI_MAX) return true;
-    const MPI_Datatype unsigned_types[] = {MPI_UNSIGNED_CHAR, MPI_UINT8_T,  MPI_UNSIGNED_SHORT,     MPI_UINT16_T,
-                                           MPI_UNSIGNED,      MPI_UINT32_T, MPI_UNSIGNED_LONG,      MPI_UNSIGNED_LONG_LONG,
+    const MPI_Datatype unsigned_types[] = {MPI_UNSIGNED_CHAR, MPI_UINT8_T,  MPI_UNSIGNED_SHORT, MPI_UINT16_T,
+                                           MPI_UNSIGNED,      MPI_UINT32_T, MPI_UNSIGNED_LONG,  MPI_UNSIGNED_LONG_LONG,
                                            MPI_UINT64_T};
     constexpr std::size_t n = sizeof unsigned_types / sizeof unsigned_types[0];
     std::size_t k = 0;

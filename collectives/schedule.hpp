@@ -37,8 +37,8 @@ struct owned_range {
 
 /// One group exchange of a step.
 struct schedule_op {
-    std::vector<int> holders;    ///< one rank per subgroup, in subgroup order: the members
-    std::vector<int> owners;     ///< owners whose ranges the op moves, by (receiver, offset)
+    std::vector<int> holders;  ///< one rank per subgroup, in subgroup order: the members
+    std::vector<int> owners;  ///< owners whose ranges the op moves, by (receiver, offset)
     std::vector<int> receivers;  ///< member index receiving each owner's range (parallel)
 };
 
@@ -78,7 +78,8 @@ inline std::vector<schedule_op> step_ops(const hierarchy& h, int k, int me, std:
         std::iota(ord.begin(), ord.end(), std::size_t{0});
         std::stable_sort(ord.begin(), ord.end(), [&](std::size_t a, std::size_t b) {
             if (op.receivers[a] != op.receivers[b]) return op.receivers[a] < op.receivers[b];
-            return own[static_cast<std::size_t>(op.owners[a])].offset < own[static_cast<std::size_t>(op.owners[b])].offset;
+            return own[static_cast<std::size_t>(op.owners[a])].offset <
+                   own[static_cast<std::size_t>(op.owners[b])].offset;
         });
         schedule_op sorted{op.holders, {}, {}};
         for (auto i : ord) {
@@ -94,7 +95,7 @@ inline std::vector<schedule_op> step_ops(const hierarchy& h, int k, int me, std:
 /// the owners' ranges follow each other so the op can work on the vector in place.
 struct op_layout {
     std::vector<std::int64_t> shares;  ///< elements per member
-    std::int64_t first = 0;            ///< offset of the first range
+    std::int64_t first = 0;  ///< offset of the first range
     std::int64_t total = 0;
     bool contiguous = true;
 };
@@ -105,8 +106,10 @@ inline op_layout layout_of(const schedule_op& op, std::span<const owned_range> o
     std::int64_t expect = -1;
     for (std::size_t i = 0; i < op.owners.size(); ++i) {
         const owned_range& r = own[static_cast<std::size_t>(op.owners[i])];
-        if (i == 0) l.first = r.offset;
-        else if (r.offset != expect) l.contiguous = false;
+        if (i == 0)
+            l.first = r.offset;
+        else if (r.offset != expect)
+            l.contiguous = false;
         expect = r.offset + r.count;
         l.shares[static_cast<std::size_t>(op.receivers[i])] += r.count;
         l.total += r.count;
@@ -152,8 +155,8 @@ void hierarchical_reduce_scatter(T& t, const hierarchy& h, std::byte* work, std:
 /// Hierarchical allgather: on entry each rank's own range of `work` (elements of `es` bytes)
 /// is filled in, on return every range is. Collective like hierarchical_reduce_scatter.
 template <transport T>
-void hierarchical_allgather(T& t, const hierarchy& h, std::byte* work, std::int64_t es, std::span<const owned_range> own,
-                            flat_algorithm algo, const collective_options& opt) {
+void hierarchical_allgather(T& t, const hierarchy& h, std::byte* work, std::int64_t es,
+                            std::span<const owned_range> own, flat_algorithm algo, const collective_options& opt) {
     const int me = t.rank();
     for (int k = h.levels(); k >= 0; --k) {
         for (const schedule_op& op : step_ops(h, k, me, own)) {
@@ -203,16 +206,19 @@ inline std::vector<owned_range> free_ranges(const hierarchy& h, std::int64_t n) 
     }
     std::vector<int> order(static_cast<std::size_t>(p));
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return key[static_cast<std::size_t>(a)] < key[static_cast<std::size_t>(b)]; });
     std::vector<owned_range> own(static_cast<std::size_t>(p));
-    for (int v = 0; v < p; ++v) own[static_cast<std::size_t>(order[static_cast<std::size_t>(v)])] = balanced_part(n, p, v);
+    for (int v = 0; v < p; ++v)
+        own[static_cast<std::size_t>(order[static_cast<std::size_t>(v)])] = balanced_part(n, p, v);
     return own;
 }
 
 /// Checks that the transport and the hierarchy describe the same ranks.
 template <transport T>
 void check_hierarchy(const T& t, const hierarchy& h) {
-    if (h.size() != t.size()) throw std::invalid_argument("collective: the hierarchy does not match the transport's group size");
+    if (h.size() != t.size())
+        throw std::invalid_argument("collective: the hierarchy does not match the transport's group size");
 }
 
 }  // namespace shunt::detail

@@ -83,7 +83,9 @@ public:
         for (auto& m : r) m.peer = base_rank(m.peer);
         base_->exchange(s, r);
     }
-    void reduce(const reduction_type& red, const void* in, void* inout, std::int64_t n) { base_->reduce(red, in, inout, n); }
+    void reduce(const reduction_type& red, const void* in, void* inout, std::int64_t n) {
+        base_->reduce(red, in, inout, n);
+    }
     void copy(void* dst, const void* src, std::int64_t bytes) { base_->copy(dst, src, bytes); }
     auto scratch(std::int64_t bytes) { return base_->scratch(bytes); }
 
@@ -96,8 +98,8 @@ private:
 /// How a group exchanges data inside one level of a hierarchical schedule.
 enum class flat_algorithm {
     automatic,  ///< recursive halving/doubling for power-of-two groups, ring otherwise
-    ring,       ///< ring: size-1 steps to the neighbours, bandwidth-optimal for any size
-    halving,    ///< recursive halving (reduce-scatter) / doubling (allgather); ring if not a power of two
+    ring,  ///< ring: size-1 steps to the neighbours, bandwidth-optimal for any size
+    halving,  ///< recursive halving (reduce-scatter) / doubling (allgather); ring if not a power of two
 };
 
 /// Tuning of the collective algorithms. Must be equal on every rank of a call.

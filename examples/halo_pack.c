@@ -57,8 +57,9 @@ static long parse_arg(const char* text, const char* what, long min, long max) {
 /* The value the owner of global cell (x, y, z) writes into quantity q at `step`: an integer
  * below 2^32, so exactly representable and compared bit for bit. */
 static double owner_value(long x, long y, long z, int q, int step) {
-    uint64_t h = (uint64_t)x * 0x9E3779B97F4A7C15u ^ (uint64_t)y * 0xC2B2AE3D27D4EB4Fu ^ (uint64_t)z * 0x165667B19E3779F9u ^
-                 (uint64_t)q * 0xD6E8FEB86659FD93u ^ (uint64_t)step * 0xFF51AFD7ED558CCDu;
+    uint64_t h = (uint64_t)x * 0x9E3779B97F4A7C15u ^ (uint64_t)y * 0xC2B2AE3D27D4EB4Fu ^
+                 (uint64_t)z * 0x165667B19E3779F9u ^ (uint64_t)q * 0xD6E8FEB86659FD93u ^
+                 (uint64_t)step * 0xFF51AFD7ED558CCDu;
     h ^= h >> 33;
     h *= 0xC4CEB9FE1A85EC53u;
     h ^= h >> 29;
@@ -247,8 +248,8 @@ int main(int argc, char** argv) {
             for (int z = RADIUS; z < n + RADIUS; ++z)
                 for (int y = RADIUS; y < n + RADIUS; ++y)
                     for (int x = RADIUS; x < n + RADIUS; ++x)
-                        host[q][((size_t)z * full + y) * full + x] =
-                            owner_value(origin[2] + x - RADIUS, origin[1] + y - RADIUS, origin[0] + z - RADIUS, q, step);
+                        host[q][((size_t)z * full + y) * full + x] = owner_value(
+                            origin[2] + x - RADIUS, origin[1] + y - RADIUS, origin[0] + z - RADIUS, q, step);
         if (mem != on_host)
             for (int q = 0; q < nq; ++q) move_field(field[q], host[q], sizeof(double) * cells, 1);
 
@@ -273,7 +274,8 @@ int main(int argc, char** argv) {
             int pos = 0;
             for (int q = 0; q < nq; ++q) MPI_Pack(mpi_field[q], 1, send_type[i], sendbuf, buf_bytes, &pos, cart);
             MPI_Status st;
-            MPI_Sendrecv(sendbuf, pos, MPI_PACKED, send_to[i], i, recvbuf, buf_bytes, MPI_PACKED, recv_from[i], i, cart, &st);
+            MPI_Sendrecv(sendbuf, pos, MPI_PACKED, send_to[i], i, recvbuf, buf_bytes, MPI_PACKED, recv_from[i], i, cart,
+                         &st);
             int got = 0;
             MPI_Get_count(&st, MPI_PACKED, &got);
             if (got != pos) die("received a halo message of the wrong size");
@@ -295,12 +297,15 @@ int main(int argc, char** argv) {
                                              x >= RADIUS && x < n + RADIUS;
                         if (interior) continue;
                         const double v = host[q][((size_t)z * full + y) * full + x];
-                        const double want = owner_value(wrap(origin[2] + x - RADIUS, gn[2]), wrap(origin[1] + y - RADIUS, gn[1]),
-                                                        wrap(origin[0] + z - RADIUS, gn[0]), q, step);
+                        const double want =
+                            owner_value(wrap(origin[2] + x - RADIUS, gn[2]), wrap(origin[1] + y - RADIUS, gn[1]),
+                                        wrap(origin[0] + z - RADIUS, gn[0]), q, step);
                         if (v != want) {
                             if (wrong < 5)
-                                fprintf(stderr, "halo_pack: rank %d step %d quantity %d cell (%d,%d,%d): %.17g, expected %.17g\n",
-                                        rank, step, q, x, y, z, v, want);
+                                fprintf(
+                                    stderr,
+                                    "halo_pack: rank %d step %d quantity %d cell (%d,%d,%d): %.17g, expected %.17g\n",
+                                    rank, step, q, x, y, z, v, want);
                             ++wrong;
                         }
                         checksum += v * (double)(q + 1);
@@ -317,9 +322,10 @@ int main(int argc, char** argv) {
     MPI_Reduce(&wrong, &wrong_all, 1, MPI_LONG, MPI_SUM, 0, cart);
     if (rank == 0) {
         for (int r = 0; r < size; ++r) total += sums[r];
-        printf("halo_pack: %d ranks (%dx%dx%d periodic), %d^3 cells per rank, radius %d, %d quantities, "
-               "%d neighbours, %d steps\n",
-               size, dims[0], dims[1], dims[2], n, RADIUS, nq, NDIRS, steps);
+        printf(
+            "halo_pack: %d ranks (%dx%dx%d periodic), %d^3 cells per rank, radius %d, %d quantities, "
+            "%d neighbours, %d steps\n",
+            size, dims[0], dims[1], dims[2], n, RADIUS, nq, NDIRS, steps);
         printf("time per step: %.3f ms (halo exchange: %s; %s; slowest rank)\n", 1e3 * slowest / steps,
                by_types      ? "isend/irecv of subarray types, waitall"
                : by_neighbor ? "one neighbor_alltoallw of subarray types on a dist graph"

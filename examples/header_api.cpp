@@ -40,7 +40,8 @@ bool show(const char* name, MPI_Datatype t, int count, const void* buf) {
     const std::int64_t n = shunt::pack_host(info.form, info.extent, count, buf, whole.data());
     std::int64_t done = 0;
     while (done < n) done += shunt::pack_host(info.form, info.extent, count, buf, pieces.data() + done, done, 100);
-    const bool same = n == pos && done == n && std::memcmp(by_mpi.data(), whole.data(), static_cast<std::size_t>(n)) == 0 &&
+    const bool same = n == pos && done == n &&
+                      std::memcmp(by_mpi.data(), whole.data(), static_cast<std::size_t>(n)) == 0 &&
                       std::memcmp(by_mpi.data(), pieces.data(), static_cast<std::size_t>(n)) == 0;
     std::printf("  %d element(s): MPI_Pack %d B, pack_host %lld B: %s\n", count, pos, static_cast<long long>(n),
                 same ? "identical" : "DIFFERENT");

@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -50,10 +50,10 @@ struct runtime::w_side {
         int count = 0;
         MPI_Datatype type = MPI_DATATYPE_NULL;
         const type_info* info = nullptr;  ///< nullptr: unknown to shunt, the library packs it
-        std::int64_t bytes = 0;           ///< 0 for an empty block or an MPI_PROC_NULL peer
-        bool dense = false;               ///< the bytes lie in place, in order, from `at`
-        bool direct = false;              ///< moved in place (no staging)
-        std::int64_t offset = 0;          ///< staged: offset in the staging block
+        std::int64_t bytes = 0;  ///< 0 for an empty block or an MPI_PROC_NULL peer
+        bool dense = false;  ///< the bytes lie in place, in order, from `at`
+        bool direct = false;  ///< moved in place (no staging)
+        std::int64_t offset = 0;  ///< staged: offset in the staging block
         std::shared_ptr<const gpu::device_form> form;  ///< device buffers
     };
 
@@ -70,8 +70,8 @@ struct runtime::w_side {
     bool copy;  ///< the data must be copied out first (MPI_IN_PLACE's send side)
     std::vector<block> blocks;
     std::int64_t total = 0;  ///< bytes of all blocks
-    bool gaps = false;       ///< some block is not dense: packing has work to do
-    bool unknown = false;    ///< some block's datatype is unknown to shunt
+    bool gaps = false;  ///< some block is not dense: packing has work to do
+    bool unknown = false;  ///< some block's datatype is unknown to shunt
     device_way way = device_way::host;
     // What the library's byte exchange is given: base and, per peer, a count of a byte type at a
     // byte offset from base (MPI_BYTE, or for a block out of int range one element of a type made
@@ -86,7 +86,7 @@ struct runtime::w_side {
 
 namespace {
 
-constexpr int w_trials = 3;         ///< calls timed on both paths before deciding, after one warm-up
+constexpr int w_trials = 3;  ///< calls timed on both paths before deciding, after one warm-up
 constexpr double w_margin = measured_win_margin;  ///< how much faster shunt's path must be
 
 /// One operation's decision on one communicator. Collectives on one communicator do not run
@@ -139,8 +139,8 @@ w_decisions* decisions_of(MPI_Comm comm) {
 /// (a negative count, an invalid datatype) is bad_argument; a block of more bytes than 64 bits
 /// count is too_large.
 template <class Displ, class Find>
-pass_reason describe(runtime::w_side& side, int p, const int counts[], const Displ displs[],
-                     const MPI_Datatype types[], const std::vector<char>& skip, Find find) {
+pass_reason describe(runtime::w_side& side, int p, const int counts[], const Displ displs[], const MPI_Datatype types[],
+                     const std::vector<char>& skip, Find find) {
     side.blocks.resize(static_cast<std::size_t>(p));
     for (int j = 0; j < p; ++j) {
         auto& b = side.blocks[static_cast<std::size_t>(j)];
@@ -276,8 +276,7 @@ void pack_side(runtime::w_side& s, MPI_Comm comm) {
         if (b.bytes == 0 || b.direct) continue;
         std::byte* out = stage + b.offset;
         if (b.info != nullptr) {
-            if (pack_host(*b.info, b.count, b.at, out) != b.bytes)
-                throw error("the host packer packed a block short");
+            if (pack_host(*b.info, b.count, b.at, out) != b.bytes) throw error("the host packer packed a block short");
         } else {
             library_move(true, b.at, b.count, b.type, out, comm);
         }
@@ -371,7 +370,8 @@ int runtime::fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv,
         }
         d.state.store(c, std::memory_order_release);
     }
-    if ((c == to_library || c == to_shunt) && d.record != nullptr) d.record->taken.fetch_add(1, std::memory_order_relaxed);
+    if ((c == to_library || c == to_shunt) && d.record != nullptr)
+        d.record->taken.fetch_add(1, std::memory_order_relaxed);
     if (c == to_library) return pass(pass_reason::planned);
     if (c == to_shunt) return fused_exchange(s, comm, send, recv, pass, exchange, true);
     // Measuring: each call runs both paths on the same data, in alternating order (the second
@@ -499,8 +499,8 @@ int runtime::neighbor_alltoallw(const void* sendbuf, const int sendcounts[], con
                                 const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) noexcept {
     this->count(shim::neighbor_alltoallw);
     const auto library = [&] {
-        return PMPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls,
-                                       recvtypes, comm);
+        return PMPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+                                       comm);
     };
     const auto pass = [&](pass_reason why) {
         count_pass(direction::collective, why);

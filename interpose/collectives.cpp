@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -46,7 +46,8 @@ void library_move(bool pack, void* typed, std::int64_t count, MPI_Datatype type,
     SHUNT_CHECK_MPI(PMPI_Type_size_x(type, &size));
     MPI_Aint lb = 0, extent = 0;
     SHUNT_CHECK_MPI(PMPI_Type_get_extent(type, &lb, &extent));
-    const std::int64_t per = std::max<std::int64_t>(1, std::min<std::int64_t>(INT_MAX, INT_MAX / std::max<MPI_Count>(size, 1)));
+    const std::int64_t per =
+        std::max<std::int64_t>(1, std::min<std::int64_t>(INT_MAX, INT_MAX / std::max<MPI_Count>(size, 1)));
     std::int64_t done = 0;
     while (done < count) {
         const int n = static_cast<int>(std::min(per, count - done));
@@ -96,9 +97,9 @@ int context_keyval() {
 /// Size and extent facts of a datatype used as a byte stream.
 struct type_facts {
     bool ok = false;
-    std::int64_t size = 0;    ///< bytes per element
+    std::int64_t size = 0;  ///< bytes per element
     std::int64_t extent = 0;  ///< bytes between elements
-    bool dense = false;       ///< data fills the extent from the buffer start: moves as plain bytes
+    bool dense = false;  ///< data fills the extent from the buffer start: moves as plain bytes
     const type_info* info = nullptr;  ///< not dense: shunt's decoded form (nullptr: the library packs)
 };
 
@@ -180,10 +181,11 @@ public:
 private:
     void move(bool pack) {
         if (info_ != nullptr) {  // shunt's host packer, 64-bit throughout
-            const std::int64_t moved = pack ? pack_host(*info_, count_, buf_, data_)
-                                            : unpack_host(*info_, count_, data_, buf_);
-            if (moved != bytes_) throw error("the host packer moved " + std::to_string(moved) + " of " +
-                                             std::to_string(bytes_) + " bytes");
+            const std::int64_t moved =
+                pack ? pack_host(*info_, count_, buf_, data_) : unpack_host(*info_, count_, data_, buf_);
+            if (moved != bytes_)
+                throw error("the host packer moved " + std::to_string(moved) + " of " + std::to_string(bytes_) +
+                            " bytes");
             return;
         }
         library_move(pack, buf_, count_, type_, data_, MPI_COMM_SELF);
@@ -276,7 +278,9 @@ public:
         for (auto& e : entries_) {
             e.host = gpu::pool_acquire(gpu::pool_kind::pinned, static_cast<std::size_t>(e.span.hi - e.span.lo));
             e.device = e.cslot != nullptr ? const_cast<void*>(*e.cslot) : *e.mslot;
-            if (e.in) gpu::copy(e.host.ptr, at(e.device, e.span.lo), static_cast<std::size_t>(e.span.hi - e.span.lo), nullptr);
+            if (e.in)
+                gpu::copy(e.host.ptr, at(e.device, e.span.lo), static_cast<std::size_t>(e.span.hi - e.span.lo),
+                          nullptr);
         }
         gpu::synchronize(nullptr);
         for (auto& e : entries_) point(e, at(e.host.ptr, -e.span.lo));
@@ -286,7 +290,8 @@ public:
             bool copied = false;
             for (const auto& e : entries_)
                 if (e.out) {
-                    gpu::copy(at(e.device, e.span.lo), e.host.ptr, static_cast<std::size_t>(e.span.hi - e.span.lo), nullptr);
+                    gpu::copy(at(e.device, e.span.lo), e.host.ptr, static_cast<std::size_t>(e.span.hi - e.span.lo),
+                              nullptr);
                     copied = true;
                 }
             if (copied) gpu::synchronize(nullptr);
@@ -388,7 +393,8 @@ runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
             ctx->tuner = std::make_shared<collective_tuner>(coll_shape::of(ctx->topo->groups()), measure ? 3 : 0);
             ctx->usable = true;
             std::lock_guard lock(tuners_mutex_);
-            std::erase_if(tuners_, [](const std::shared_ptr<collective_tuner>& t) { return t.use_count() == 1 && t->empty(); });
+            std::erase_if(tuners_,
+                          [](const std::shared_ptr<collective_tuner>& t) { return t.use_count() == 1 && t->empty(); });
             tuners_.push_back(ctx->tuner);
             if (log_enabled(log_level::debug, log_category::decide) && ctx->topo->rank() == 0) {
                 std::string text = ctx->topo->describe();
@@ -400,7 +406,8 @@ runtime::coll_context* runtime::context(MPI_Comm comm) noexcept {
         } catch (const std::exception& e) {
             // Description errors are found alike on every rank, so all ranks fall back together.
             if (!topology_warned_.exchange(true))
-                log_warn(log_category::config, "cannot build the topology (%s); collectives go to the MPI library", e.what());
+                log_warn(log_category::config, "cannot build the topology (%s); collectives go to the MPI library",
+                         e.what());
             ctx->usable = false;
         }
     }
@@ -472,7 +479,8 @@ int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, b
     }
     if (pick.timed && rc == MPI_SUCCESS) {
         try {
-            if (ctx->tuner->record(op, bytes, pick.method, now_s() - t0, agree)) log_decision(*ctx, op, bytes, live, name);
+            if (ctx->tuner->record(op, bytes, pick.method, now_s() - t0, agree))
+                log_decision(*ctx, op, bytes, live, name);
         } catch (const std::exception& e) {
             internal_failure(s, e.what());
         }
@@ -482,7 +490,8 @@ int runtime::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, b
     return rc;
 }
 
-void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, bool live, const char* name) noexcept {
+void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, bool live,
+                           const char* name) noexcept {
     // The decision is the same on every rank: rank 0 of the communicator says it.
     if (!cfg_.log.enabled(log_level::debug, log_category::decide) || ctx.topo->rank() != 0) return;
     const int size_class = collective_tuner::size_class(bytes);
@@ -513,7 +522,10 @@ void runtime::log_decision(const coll_context& ctx, coll_op op, std::int64_t byt
         }
         log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s%s%s (%s)", name, bytes,
                   shape.signature().c_str(), method_text(d.method), over.c_str(), d.forced ? " (forced)" : "",
-                  d.live ? "" : d.latency_bound ? " (floating-point, latency-bound: kept)" : " (floating-point: from the model)", how.c_str());
+                  d.live            ? ""
+                  : d.latency_bound ? " (floating-point, latency-bound: kept)"
+                                    : " (floating-point: from the model)",
+                  how.c_str());
     });
 }
 
@@ -521,7 +533,8 @@ bool runtime::collectives_on(MPI_Comm comm) noexcept {
     return running() && cfg_.coll != coll_choice::library && comm != MPI_COMM_NULL;
 }
 
-int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) noexcept {
+int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                       MPI_Comm comm) noexcept {
     this->count(shim::allreduce);
     const auto library = [&] { return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm); };
     const auto pass = [&](pass_reason why) {
@@ -544,8 +557,8 @@ int runtime::allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Dataty
     }
     return collective(shim::allreduce, coll_op::allreduce, comm, es * count, live, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
-        shunt::allreduce(topo, sendbuf, recvbuf, count, type, op, opt);
-    });
+                          shunt::allreduce(topo, sendbuf, recvbuf, count, type, op, opt);
+                      });
 }
 
 int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op, int root,
@@ -558,11 +571,13 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
     };
     if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
     int size = 0, me = 0;
-    if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
+    if (PMPI_Comm_size(comm, &size) != MPI_SUCCESS || PMPI_Comm_rank(comm, &me) != MPI_SUCCESS)
+        return pass(pass_reason::bad_argument);
     if (count == 0) return pass(pass_reason::empty);
     const bool live = measured_live(type, op);
     if (settled_on_library(comm, coll_op::reduce, count, type, false, live)) return pass(pass_reason::planned);
-    if (count < 0 || root < 0 || root >= size || sendbuf == nullptr || (me == root && (recvbuf == nullptr || sendbuf == recvbuf)))
+    if (count < 0 || root < 0 || root >= size || sendbuf == nullptr ||
+        (me == root && (recvbuf == nullptr || sendbuf == recvbuf)))
         return pass(pass_reason::bad_argument);
     std::int64_t es = 0;
     if (const pass_reason why = reduction_element(type, op, types_, es); why != pass_reason::none) return pass(why);
@@ -575,8 +590,8 @@ int runtime::reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype 
     }
     return collective(shim::reduce, coll_op::reduce, comm, es * count, live, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
-        shunt::reduce(topo, sendbuf, recvbuf, count, type, op, root, opt);
-    });
+                          shunt::reduce(topo, sendbuf, recvbuf, count, type, op, root, opt);
+                      });
 }
 
 int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype type, MPI_Op op,
@@ -607,8 +622,7 @@ int runtime::reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvco
         dev.add(recvbuf, in_place ? all : mine, in_place, true);
     }
     return collective(shim::reduce_scatter_block, coll_op::reduce_scatter_block, comm, es * recvcount * size,
-                      measured_live(type, op), dev, library,
-                      [&](const topology& topo, const collective_options& opt) {
+                      measured_live(type, op), dev, library, [&](const topology& topo, const collective_options& opt) {
                           shunt::reduce_scatter_block(topo, sendbuf, recvbuf, recvcount, type, op, opt);
                       });
 }
@@ -643,8 +657,8 @@ int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvco
         dev.add(sendbuf, all, true, false);
         dev.add(recvbuf, in_place ? all : mine, in_place, true);
     }
-    return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, measured_live(type, op), dev, library,
-                      [&](const topology& topo, const collective_options& opt) {
+    return collective(shim::reduce_scatter, coll_op::reduce_scatter, comm, es * total, measured_live(type, op), dev,
+                      library, [&](const topology& topo, const collective_options& opt) {
                           shunt::reduce_scatter(topo, sendbuf, recvbuf, recvcounts, type, op, opt);
                       });
 }
@@ -652,7 +666,9 @@ int runtime::reduce_scatter(const void* sendbuf, void* recvbuf, const int recvco
 int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                        MPI_Datatype recvtype, MPI_Comm comm) noexcept {
     this->count(shim::allgather);
-    const auto library = [&] { return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); };
+    const auto library = [&] {
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    };
     const auto pass = [&](pass_reason why) {
         count_pass(direction::collective, why);
         return library();
@@ -680,27 +696,28 @@ int runtime::allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype
     }
     return collective(shim::allgather, coll_op::allgather, comm, block * size, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
-        mpi_transport t(topo.comm());
-        byte_image all(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
-        std::byte* mine = all.data() + me * block;
-        if (in_place) {
-            if (all.staged()) {
-                byte_image own(static_cast<char*>(recvbuf) + me * recvcount * rt.extent, recvcount, recvtype, rt);
-                own.pack();
-                std::memcpy(mine, own.data(), static_cast<std::size_t>(block));
-            }
-        } else {
-            byte_image send(const_cast<void*>(sendbuf), sendcount, sendtype, st);
-            send.pack();
-            std::memcpy(mine, send.data(), static_cast<std::size_t>(block));
-        }
-        shunt::allgather(t, topo.groups(opt.levels), mine, all.data(), block);
-        all.unpack();
-    });
+                          mpi_transport t(topo.comm());
+                          byte_image all(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
+                          std::byte* mine = all.data() + me * block;
+                          if (in_place) {
+                              if (all.staged()) {
+                                  byte_image own(static_cast<char*>(recvbuf) + me * recvcount * rt.extent, recvcount,
+                                                 recvtype, rt);
+                                  own.pack();
+                                  std::memcpy(mine, own.data(), static_cast<std::size_t>(block));
+                              }
+                          } else {
+                              byte_image send(const_cast<void*>(sendbuf), sendcount, sendtype, st);
+                              send.pack();
+                              std::memcpy(mine, send.data(), static_cast<std::size_t>(block));
+                          }
+                          shunt::allgather(t, topo.groups(opt.levels), mine, all.data(), block);
+                          all.unpack();
+                      });
 }
 
-int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],
-                        const int displs[], MPI_Datatype recvtype, MPI_Comm comm) noexcept {
+int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                        const int recvcounts[], const int displs[], MPI_Datatype recvtype, MPI_Comm comm) noexcept {
     this->count(shim::allgatherv);
     const auto library = [&] {
         return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
@@ -739,42 +756,44 @@ int runtime::allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtyp
         dev.add(sendbuf, send, true, false);
         dev.add(recvbuf, recv, in_place, true);
     }
-    return collective(shim::allgatherv, coll_op::allgatherv, comm, total, true, dev, library,
-                      [&](const topology& topo, const collective_options& opt) {
-        mpi_transport t(topo.comm());
-        host_buffer staging(packed_order ? 0 : total);
-        std::byte* work = packed_order ? static_cast<std::byte*>(recvbuf) : staging.data();
-        std::int64_t offset = 0;
-        for (int r = 0; r < me; ++r) offset += parts[static_cast<std::size_t>(r)];
-        auto typed = [&](int r) { return static_cast<char*>(recvbuf) + std::int64_t{displs[r]} * rt.extent; };
-        if (in_place) {
-            if (!packed_order) {
-                byte_image own(typed(me), recvcounts[me], recvtype, rt);
-                own.pack();
-                std::memcpy(work + offset, own.data(), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]));
-            }
-        } else {
-            byte_image send(const_cast<void*>(sendbuf), sendcount, sendtype, st);
-            send.pack();
-            std::memcpy(work + offset, send.data(), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]));
-        }
-        shunt::allgatherv(t, topo.groups(opt.levels), work, parts);
-        if (packed_order) return;
-        offset = 0;
-        for (int r = 0; r < size; ++r) {
-            const std::int64_t n = parts[static_cast<std::size_t>(r)];
-            if (n > 0 && !(in_place && r == me)) {
-                byte_image part(typed(r), recvcounts[r], recvtype, rt);
-                if (part.staged()) {
-                    std::memcpy(part.data(), work + offset, static_cast<std::size_t>(n));
-                    part.unpack();
-                } else {
-                    std::memcpy(part.data(), work + offset, static_cast<std::size_t>(n));
+    return collective(
+        shim::allgatherv, coll_op::allgatherv, comm, total, true, dev, library,
+        [&](const topology& topo, const collective_options& opt) {
+            mpi_transport t(topo.comm());
+            host_buffer staging(packed_order ? 0 : total);
+            std::byte* work = packed_order ? static_cast<std::byte*>(recvbuf) : staging.data();
+            std::int64_t offset = 0;
+            for (int r = 0; r < me; ++r) offset += parts[static_cast<std::size_t>(r)];
+            auto typed = [&](int r) { return static_cast<char*>(recvbuf) + std::int64_t{displs[r]} * rt.extent; };
+            if (in_place) {
+                if (!packed_order) {
+                    byte_image own(typed(me), recvcounts[me], recvtype, rt);
+                    own.pack();
+                    std::memcpy(work + offset, own.data(),
+                                static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]));
                 }
+            } else {
+                byte_image send(const_cast<void*>(sendbuf), sendcount, sendtype, st);
+                send.pack();
+                std::memcpy(work + offset, send.data(), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]));
             }
-            offset += n;
-        }
-    });
+            shunt::allgatherv(t, topo.groups(opt.levels), work, parts);
+            if (packed_order) return;
+            offset = 0;
+            for (int r = 0; r < size; ++r) {
+                const std::int64_t n = parts[static_cast<std::size_t>(r)];
+                if (n > 0 && !(in_place && r == me)) {
+                    byte_image part(typed(r), recvcounts[r], recvtype, rt);
+                    if (part.staged()) {
+                        std::memcpy(part.data(), work + offset, static_cast<std::size_t>(n));
+                        part.unpack();
+                    } else {
+                        std::memcpy(part.data(), work + offset, static_cast<std::size_t>(n));
+                    }
+                }
+                offset += n;
+            }
+        });
 }
 
 int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) noexcept {
@@ -802,18 +821,20 @@ int runtime::bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Com
     }
     return collective(shim::bcast, coll_op::bcast, comm, count * f.size, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
-        mpi_transport t(topo.comm());
-        byte_image image(buffer, count, type, f);
-        if (me == root) image.pack();
-        shunt::bcast(t, topo.groups(opt.levels), image.data(), image.bytes(), root);
-        if (me != root) image.unpack();
-    });
+                          mpi_transport t(topo.comm());
+                          byte_image image(buffer, count, type, f);
+                          if (me == root) image.pack();
+                          shunt::bcast(t, topo.groups(opt.levels), image.data(), image.bytes(), root);
+                          if (me != root) image.unpack();
+                      });
 }
 
 int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                       MPI_Datatype recvtype, MPI_Comm comm) noexcept {
     this->count(shim::alltoall);
-    const auto library = [&] { return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm); };
+    const auto library = [&] {
+        return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    };
     const auto pass = [&](pass_reason why) {
         count_pass(direction::collective, why);
         return library();
@@ -841,18 +862,18 @@ int runtime::alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
     }
     return collective(shim::alltoall, coll_op::alltoall, comm, block * size, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
-        mpi_transport t(topo.comm());
-        byte_image out(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
-        if (in_place) {
-            out.pack();
-            shunt::alltoall(t, topo.groups(opt.levels), out.data(), out.data(), block);
-        } else {
-            byte_image in(const_cast<void*>(sendbuf), std::int64_t{sendcount} * size, sendtype, st);
-            in.pack();
-            shunt::alltoall(t, topo.groups(opt.levels), in.data(), out.data(), block);
-        }
-        out.unpack();
-    });
+                          mpi_transport t(topo.comm());
+                          byte_image out(recvbuf, std::int64_t{recvcount} * size, recvtype, rt);
+                          if (in_place) {
+                              out.pack();
+                              shunt::alltoall(t, topo.groups(opt.levels), out.data(), out.data(), block);
+                          } else {
+                              byte_image in(const_cast<void*>(sendbuf), std::int64_t{sendcount} * size, sendtype, st);
+                              in.pack();
+                              shunt::alltoall(t, topo.groups(opt.levels), in.data(), out.data(), block);
+                          }
+                          out.unpack();
+                      });
 }
 
 namespace {
@@ -865,8 +886,14 @@ class block_images {
 public:
     block_images(void* buf, const int counts[], const int displs[], MPI_Datatype type, const type_facts& f, int p,
                  bool send, bool copy)
-        : buf_(static_cast<std::byte*>(buf)), counts_(counts), displs_(displs), type_(type), facts_(f),
-          bytes_(static_cast<std::size_t>(p)), offsets_(static_cast<std::size_t>(p)), direct_(f.dense && !copy) {
+        : buf_(static_cast<std::byte*>(buf)),
+          counts_(counts),
+          displs_(displs),
+          type_(type),
+          facts_(f),
+          bytes_(static_cast<std::size_t>(p)),
+          offsets_(static_cast<std::size_t>(p)),
+          direct_(f.dense && !copy) {
         std::int64_t total = 0;
         for (int j = 0; j < p; ++j) {
             const auto js = static_cast<std::size_t>(j);
@@ -959,14 +986,16 @@ int runtime::alltoallv(const void* sendbuf, const int sendcounts[], const int sd
     }
     return collective(shim::alltoallv, coll_op::alltoallv, comm, 0, true, dev, library,
                       [&](const topology& topo, const collective_options& opt) {
-        mpi_transport t(topo.comm());
-        // In place: the data to send are in recvbuf under the receive counts, copied out first.
-        block_images in(in_place ? recvbuf : const_cast<void*>(sendbuf), in_place ? recvcounts : sendcounts,
-                        in_place ? rdispls : sdispls, in_place ? recvtype : sendtype, st, size, true, in_place);
-        block_images out(recvbuf, recvcounts, rdispls, recvtype, rt, size, false, false);
-        shunt::alltoallv(t, topo.groups(opt.levels), in.base(), in.bytes(), in.offsets(), out.base(), out.bytes(), out.offsets());
-        out.scatter(size);
-    });
+                          mpi_transport t(topo.comm());
+                          // In place: the data to send are in recvbuf under the receive counts, copied out first.
+                          block_images in(in_place ? recvbuf : const_cast<void*>(sendbuf),
+                                          in_place ? recvcounts : sendcounts, in_place ? rdispls : sdispls,
+                                          in_place ? recvtype : sendtype, st, size, true, in_place);
+                          block_images out(recvbuf, recvcounts, rdispls, recvtype, rt, size, false, false);
+                          shunt::alltoallv(t, topo.groups(opt.levels), in.base(), in.bytes(), in.offsets(), out.base(),
+                                           out.bytes(), out.offsets());
+                          out.scatter(size);
+                      });
 }
 
 }  // namespace shunt::detail

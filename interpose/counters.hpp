@@ -14,25 +14,85 @@ namespace shunt::detail {
 
 /// The intercepted MPI functions, in report order.
 enum class shim : std::uint8_t {
-    pack, unpack, pack_size, type_commit, type_dup, type_free, init, init_thread, finalize,
-    allreduce, reduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv, bcast, alltoall, alltoallv,
-    alltoallw, neighbor_alltoallw,
-    send, recv, isend, irecv, sendrecv, sendrecv_replace, ssend, rsend, bsend, issend, irsend, ibsend,
-    send_init, recv_init, ssend_init, rsend_init, bsend_init, start, startall, mrecv, imrecv,
-    wait, waitall, waitany, waitsome, test, testall, testany, testsome, request_free, cancel, request_get_status,
+    pack,
+    unpack,
+    pack_size,
+    type_commit,
+    type_dup,
+    type_free,
+    init,
+    init_thread,
+    finalize,
+    allreduce,
+    reduce,
+    reduce_scatter_block,
+    reduce_scatter,
+    allgather,
+    allgatherv,
+    bcast,
+    alltoall,
+    alltoallv,
+    alltoallw,
+    neighbor_alltoallw,
+    send,
+    recv,
+    isend,
+    irecv,
+    sendrecv,
+    sendrecv_replace,
+    ssend,
+    rsend,
+    bsend,
+    issend,
+    irsend,
+    ibsend,
+    send_init,
+    recv_init,
+    ssend_init,
+    rsend_init,
+    bsend_init,
+    start,
+    startall,
+    mrecv,
+    imrecv,
+    wait,
+    waitall,
+    waitany,
+    waitsome,
+    test,
+    testall,
+    testany,
+    testsome,
+    request_free,
+    cancel,
+    request_get_status,
 };
-inline constexpr std::array<const char*, 52> shim_names = {
-    "MPI_Pack",      "MPI_Unpack",         "MPI_Pack_size",      "MPI_Type_commit",         "MPI_Type_dup",
-    "MPI_Type_free", "MPI_Init",           "MPI_Init_thread",    "MPI_Finalize",            "MPI_Allreduce",
-    "MPI_Reduce",    "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather", "MPI_Allgatherv",
-    "MPI_Bcast",     "MPI_Alltoall",       "MPI_Alltoallv",      "MPI_Alltoallw",           "MPI_Neighbor_alltoallw",
-    "MPI_Send",      "MPI_Recv",           "MPI_Isend",          "MPI_Irecv",               "MPI_Sendrecv",
-    "MPI_Sendrecv_replace", "MPI_Ssend",   "MPI_Rsend",          "MPI_Bsend",               "MPI_Issend",
-    "MPI_Irsend",    "MPI_Ibsend",         "MPI_Send_init",      "MPI_Recv_init",           "MPI_Ssend_init",
-    "MPI_Rsend_init", "MPI_Bsend_init",    "MPI_Start",          "MPI_Startall",            "MPI_Mrecv",
-    "MPI_Imrecv",    "MPI_Wait",           "MPI_Waitall",        "MPI_Waitany",             "MPI_Waitsome",
-    "MPI_Test",      "MPI_Testall",        "MPI_Testany",        "MPI_Testsome",            "MPI_Request_free",
-    "MPI_Cancel",    "MPI_Request_get_status"};
+inline constexpr std::array<const char*, 52> shim_names = {"MPI_Pack",           "MPI_Unpack",
+                                                           "MPI_Pack_size",      "MPI_Type_commit",
+                                                           "MPI_Type_dup",       "MPI_Type_free",
+                                                           "MPI_Init",           "MPI_Init_thread",
+                                                           "MPI_Finalize",       "MPI_Allreduce",
+                                                           "MPI_Reduce",         "MPI_Reduce_scatter_block",
+                                                           "MPI_Reduce_scatter", "MPI_Allgather",
+                                                           "MPI_Allgatherv",     "MPI_Bcast",
+                                                           "MPI_Alltoall",       "MPI_Alltoallv",
+                                                           "MPI_Alltoallw",      "MPI_Neighbor_alltoallw",
+                                                           "MPI_Send",           "MPI_Recv",
+                                                           "MPI_Isend",          "MPI_Irecv",
+                                                           "MPI_Sendrecv",       "MPI_Sendrecv_replace",
+                                                           "MPI_Ssend",          "MPI_Rsend",
+                                                           "MPI_Bsend",          "MPI_Issend",
+                                                           "MPI_Irsend",         "MPI_Ibsend",
+                                                           "MPI_Send_init",      "MPI_Recv_init",
+                                                           "MPI_Ssend_init",     "MPI_Rsend_init",
+                                                           "MPI_Bsend_init",     "MPI_Start",
+                                                           "MPI_Startall",       "MPI_Mrecv",
+                                                           "MPI_Imrecv",         "MPI_Wait",
+                                                           "MPI_Waitall",        "MPI_Waitany",
+                                                           "MPI_Waitsome",       "MPI_Test",
+                                                           "MPI_Testall",        "MPI_Testany",
+                                                           "MPI_Testsome",       "MPI_Request_free",
+                                                           "MPI_Cancel",         "MPI_Request_get_status"};
 inline constexpr std::size_t shim_count = shim_names.size();
 static_assert(static_cast<std::size_t>(shim::request_get_status) + 1 == shim_count, "every shim needs a name");
 /// The first and last collective shims.
@@ -42,21 +102,21 @@ inline constexpr shim first_p2p = shim::send, first_completion = shim::wait, las
 
 /// Why a data-moving call went to the library instead of shunt's packer.
 enum class pass_reason : std::uint8_t {
-    none,            ///< not passed: shunt handles the call
-    not_running,     ///< MPI not initialised, or already finalised
-    bad_argument,    ///< an argument the library must judge itself (null, negative, MPI_BOTTOM)
-    forced,          ///< SHUNT_PACK=library
-    rejected,        ///< the library rejected the communicator or datatype: its error is returned
-    unknown_type,    ///< not committed through shunt's shims, unsupported, or MPI_DATATYPE_NULL
-    too_large,       ///< count * size overflows 64 bits, or the packer refused the size
+    none,  ///< not passed: shunt handles the call
+    not_running,  ///< MPI not initialised, or already finalised
+    bad_argument,  ///< an argument the library must judge itself (null, negative, MPI_BOTTOM)
+    forced,  ///< SHUNT_PACK=library
+    rejected,  ///< the library rejected the communicator or datatype: its error is returned
+    unknown_type,  ///< not committed through shunt's shims, unsupported, or MPI_DATATYPE_NULL
+    too_large,  ///< count * size overflows 64 bits, or the packer refused the size
     would_truncate,  ///< the data does not fit: the library raises its own error
-    planned,         ///< the cost model chose the library's packer
-    internal,        ///< shunt failed internally (logged once)
-    unsupported,     ///< a collective shunt does not run: op, datatype, communicator or buffers
-    measuring,       ///< the library's run while the planner measures both methods
-    empty,           ///< a collective that moves no data, or a communicator of one rank; a
-                     ///< point-to-point call of zero elements or with MPI_PROC_NULL
-    contiguous,      ///< point-to-point data that is one contiguous run in host memory: nothing to pack
+    planned,  ///< the cost model chose the library's packer
+    internal,  ///< shunt failed internally (logged once)
+    unsupported,  ///< a collective shunt does not run: op, datatype, communicator or buffers
+    measuring,  ///< the library's run while the planner measures both methods
+    empty,  ///< a collective that moves no data, or a communicator of one rank; a
+    ///< point-to-point call of zero elements or with MPI_PROC_NULL
+    contiguous,  ///< point-to-point data that is one contiguous run in host memory: nothing to pack
 };
 inline constexpr std::array<const char*, 14> pass_reason_names = {
     "none",         "mpi-not-running", "bad-argument",   "forced-library",  "rejected-by-library",
@@ -72,7 +132,9 @@ inline constexpr std::size_t direction_count = 5;
 struct counter_index {
     static constexpr std::size_t calls(shim s) { return static_cast<std::size_t>(s); }
     static constexpr std::size_t handled(direction d) { return shim_count + static_cast<std::size_t>(d); }
-    static constexpr std::size_t bytes(direction d) { return shim_count + direction_count + static_cast<std::size_t>(d); }
+    static constexpr std::size_t bytes(direction d) {
+        return shim_count + direction_count + static_cast<std::size_t>(d);
+    }
     static constexpr std::size_t passed(direction d, pass_reason why) {
         return shim_count + 2 * direction_count + static_cast<std::size_t>(d) * pass_reason_count +
                static_cast<std::size_t>(why);

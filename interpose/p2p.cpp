@@ -38,18 +38,18 @@ namespace shunt::detail {
 
 /// How a buffer's bytes reach the library.
 enum class p2p_method : std::uint8_t {
-    host,      ///< shunt's host packer into a host block
-    staged,    ///< device kernel into device scratch, then a copy to a pinned block
+    host,  ///< shunt's host packer into a host block
+    staged,  ///< device kernel into device scratch, then a copy to a pinned block
     one_shot,  ///< device kernel straight into a mapped pinned block (a copy for contiguous data)
-    device,    ///< device kernel into a device block handed to a CUDA-aware MPI
+    device,  ///< device kernel into a device block handed to a CUDA-aware MPI
 };
 
 /// What shunt does with one buffer of a point-to-point call.
 struct runtime::p2p_plan {
-    const type_info* t = nullptr;                  ///< valid for the call
-    std::shared_ptr<const type_info> keep;         ///< for requests: keeps `t` alive after MPI_Type_free
+    const type_info* t = nullptr;  ///< valid for the call
+    std::shared_ptr<const type_info> keep;  ///< for requests: keeps `t` alive after MPI_Type_free
     std::shared_ptr<const gpu::device_form> form;  ///< device methods
-    std::int64_t bytes = 0;                        ///< count * size
+    std::int64_t bytes = 0;  ///< count * size
     int count = 0;
     p2p_method method = p2p_method::host;
 };
@@ -62,7 +62,7 @@ struct runtime::p2p_request {
     bool active = false;  ///< persistent: started and not yet completed
     bool unpacked = false;  ///< a receive whose data MPI_Request_get_status already unpacked
     shim origin = shim::isend;
-    void* buf = nullptr;            ///< the application's buffer (const for sends)
+    void* buf = nullptr;  ///< the application's buffer (const for sends)
     MPI_Comm comm = MPI_COMM_NULL;  ///< the communicator (MPI_COMM_NULL for MPI_Imrecv)
     p2p_plan plan;
     gpu::pool_block block;
@@ -112,7 +112,7 @@ struct runtime::p2p_state {
 namespace {
 
 constexpr std::int64_t one_shot_limit = 64 * 1024;  ///< the fixed rule's switch from ONE_SHOT to STAGED
-constexpr double p2p_margin_s = 2e-6;               ///< see plan_p2p: what shunt's packing must save
+constexpr double p2p_margin_s = 2e-6;  ///< see plan_p2p: what shunt's packing must save
 
 bool on_device(gpu::memory_kind k) { return k == gpu::memory_kind::device || k == gpu::memory_kind::managed; }
 
@@ -218,7 +218,9 @@ void pack_many(std::span<const pack_job> jobs) {
         }
         void* out = j.out;
         if (j.plan->method == p2p_method::staged) {
-            out = scratch.emplace_back(gpu::pool_acquire(gpu::pool_kind::device, static_cast<std::size_t>(j.plan->bytes))).b.ptr;
+            out =
+                scratch.emplace_back(gpu::pool_acquire(gpu::pool_kind::device, static_cast<std::size_t>(j.plan->bytes)))
+                    .b.ptr;
             staged.push_back(&j);
         }
         fused.push_back({j.plan->form.get(), j.buf, out});
@@ -269,8 +271,9 @@ device_path fixed_device_path(bool cuda_aware, std::int64_t bytes) {
 }
 
 p2p_method method_of(device_path d) {
-    return d == device_path::device ? p2p_method::device : d == device_path::one_shot ? p2p_method::one_shot
-                                                                                     : p2p_method::staged;
+    return d == device_path::device     ? p2p_method::device
+           : d == device_path::one_shot ? p2p_method::one_shot
+                                        : p2p_method::staged;
 }
 
 /// The device method for `bytes` packed bytes in `blocks` contiguous blocks of a device buffer,
@@ -314,14 +317,15 @@ p2p_method device_method(runtime::p2p_state& p, const cost_model& model, pack_ch
                     std::snprintf(device, sizeof device, "%.3g us", costs[device_path::device] * 1e6);
                 else if (p.cuda_aware)
                     std::snprintf(device, sizeof device, "not priced (no p2p.<level>.dd table)");
-                log_debug(log_category::decide,
-                          "device buffer, %s %lld bytes in %lld blocks: %s (predicted one-shot %.3g us, staged %.3g us, "
-                          "device %s%s%.*s; the fixed rule: %s)",
-                          receive ? "receiving" : "sending", static_cast<long long>(bytes),
-                          static_cast<long long>(key.blocks), to_string(chosen).data(),
-                          costs[device_path::one_shot] * 1e6, costs[device_path::staged] * 1e6, device,
-                          costs.level.empty() ? "" : "; each with the library's transfer at level ",
-                          static_cast<int>(costs.level.size()), costs.level.data(), to_string(fixed).data());
+                log_debug(
+                    log_category::decide,
+                    "device buffer, %s %lld bytes in %lld blocks: %s (predicted one-shot %.3g us, staged %.3g us, "
+                    "device %s%s%.*s; the fixed rule: %s)",
+                    receive ? "receiving" : "sending", static_cast<long long>(bytes),
+                    static_cast<long long>(key.blocks), to_string(chosen).data(), costs[device_path::one_shot] * 1e6,
+                    costs[device_path::staged] * 1e6, device,
+                    costs.level.empty() ? "" : "; each with the library's transfer at level ",
+                    static_cast<int>(costs.level.size()), costs.level.data(), to_string(fixed).data());
             }
         }
     }
@@ -450,8 +454,8 @@ bool runtime::host_run(const void* buf, int count, MPI_Datatype type, int peer) 
     try {
         const type_info* t = memo_.find(type);
         std::int64_t bytes = 0;
-        return t != nullptr && !__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes) && bytes > 0 &&
-               bytes <= INT_MAX && t->dense(count);
+        return t != nullptr && !__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes) &&
+               bytes > 0 && bytes <= INT_MAX && t->dense(count);
     } catch (...) {
         return false;  // plan_p2p decides, and reports
     }
@@ -501,8 +505,8 @@ pass_reason runtime::plan_p2p(shim s, direction d, const void* buf, int count, M
             plan.method = p2p_method::host;
         } else {
             if (dense && p2p_->cuda_aware) return pass_reason::contiguous;
-            p2p_method m = device_method(*p2p_, *model_, cfg_.pack, bytes, planner::pack_blocks(*t, count),
-                                         d == direction::recv);
+            p2p_method m =
+                device_method(*p2p_, *model_, cfg_.pack, bytes, planner::pack_blocks(*t, count), d == direction::recv);
             if (dense && !p2p_->cuda_aware) m = p2p_method::one_shot;  // a plain copy to pinned memory
             plan.method = m;
             plan.form = device_form_for(*p2p_, memo_, t, count, type);
@@ -1307,8 +1311,7 @@ int runtime::waitall(int n, MPI_Request requests[], MPI_Status statuses[]) noexc
 
 int runtime::testall(int n, MPI_Request requests[], int* flag, MPI_Status statuses[]) noexcept {
     return complete(
-        shim::testall, n, requests, statuses, true,
-        [&](MPI_Status* st) { return PMPI_Testall(n, requests, flag, st); },
+        shim::testall, n, requests, statuses, true, [&](MPI_Status* st) { return PMPI_Testall(n, requests, flag, st); },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             const bool all = (flag != nullptr && *flag) || rc == MPI_ERR_IN_STATUS;
             bool any = false;
@@ -1327,8 +1330,7 @@ int runtime::testall(int n, MPI_Request requests[], int* flag, MPI_Status status
 
 int runtime::waitany(int n, MPI_Request requests[], int* index, MPI_Status* status) noexcept {
     return complete(
-        shim::waitany, n, requests, status, false,
-        [&](MPI_Status* st) { return PMPI_Waitany(n, requests, index, st); },
+        shim::waitany, n, requests, status, false, [&](MPI_Status* st) { return PMPI_Waitany(n, requests, index, st); },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             bool any = false;
             for (auto& c : mine) {

@@ -87,8 +87,9 @@ std::string summary_table(const flat& f, int ranks) {
     out += format("  %-26s %12s %12s %12s %16s\n", "call", "calls", "shunt", "library", "shunt bytes");
     for (direction d : {direction::pack, direction::unpack}) {
         const shim s = d == direction::pack ? shim::pack : shim::unpack;
-        out += format("  %-26s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %16" PRIu64 "\n", shim_names[static_cast<std::size_t>(s)],
-                      calls(f, s), handled(f, d), calls(f, s) - handled(f, d), bytes(f, d));
+        out += format("  %-26s %12" PRIu64 " %12" PRIu64 " %12" PRIu64 " %16" PRIu64 "\n",
+                      shim_names[static_cast<std::size_t>(s)], calls(f, s), handled(f, d), calls(f, s) - handled(f, d),
+                      bytes(f, d));
     }
     for (std::size_t s = static_cast<std::size_t>(shim::pack_size); s < shim_count; ++s) {
         const std::uint64_t n = calls(f, static_cast<shim>(s));
@@ -152,14 +153,16 @@ std::string runtime::fused_decisions_text(bool one_line) const {
                     break;
                 }
             if (!merged)
-                lines.push_back({r->op, r->ranks, r->to_shunt, r->forced, why, {r->measured[0], r->measured[1]}, taken, 1});
+                lines.push_back(
+                    {r->op, r->ranks, r->to_shunt, r->forced, why, {r->measured[0], r->measured[1]}, taken, 1});
         }
     }
     if (lines.empty()) return {};
     std::sort(lines.begin(), lines.end(), [](const line& a, const line& b) { return a.taken > b.taken; });
-    std::string out = format(one_line ? "; fused collective decisions (%zu)"
-                                      : "\n  MPI_Alltoallw/MPI_Neighbor_alltoallw decisions (%zu distinct, most taken first)",
-                             lines.size());
+    std::string out =
+        format(one_line ? "; fused collective decisions (%zu)"
+                        : "\n  MPI_Alltoallw/MPI_Neighbor_alltoallw decisions (%zu distinct, most taken first)",
+               lines.size());
     for (const line& l : lines) {
         const char* op = shim_names[static_cast<std::size_t>(l.op)];
         const char* method = l.to_shunt ? "shunt's fused packing" : "the library";
@@ -167,9 +170,9 @@ std::string runtime::fused_decisions_text(bool one_line) const {
             out += format("; %s %d ranks -> %s x %" PRIu64, op, l.ranks, l.to_shunt ? "shunt" : "library", l.taken);
             continue;
         }
-        const std::string why = l.why == "measured"
-                                    ? format("library measured %.3g us, shunt %.3g us", l.best[0] * 1e6, l.best[1] * 1e6)
-                                    : l.why;
+        const std::string why =
+            l.why == "measured" ? format("library measured %.3g us, shunt %.3g us", l.best[0] * 1e6, l.best[1] * 1e6)
+                                : l.why;
         out += format("\n    %s on %" PRIu64 " communicator%s of %d ranks -> %s%s x %" PRIu64 " (%s)", op, l.comms,
                       l.comms == 1 ? "" : "s", l.ranks, method, l.forced ? " (forced)" : "", l.taken, why.c_str());
     }
@@ -187,10 +190,12 @@ std::string runtime::decisions_text(bool one_line) const {
         const plan_decision& d = all[i];
         std::string alts = d.measured ? "measured " : d.measuring ? "measuring; predicted " : "predicted ";
         for (std::uint8_t k = 0; k < d.count; ++k)
-            alts += format("%s%.*s %.3g us", k ? ", " : "", static_cast<int>(d.alternatives[k].method.size()),
-                           d.alternatives[k].method.data(),
-                           (d.measured && k < d.measured_s.size() ? d.measured_s[k] : d.alternatives[k].predicted_s) * 1e6);
-        out += format(one_line ? "; %s %" PRId64 : "\n    %s %" PRId64 " bytes in %" PRId64 " blocks -> %.*s%s x %" PRIu64 " (%s)",
+            alts +=
+                format("%s%.*s %.3g us", k ? ", " : "", static_cast<int>(d.alternatives[k].method.size()),
+                       d.alternatives[k].method.data(),
+                       (d.measured && k < d.measured_s.size() ? d.measured_s[k] : d.alternatives[k].predicted_s) * 1e6);
+        out += format(one_line ? "; %s %" PRId64
+                               : "\n    %s %" PRId64 " bytes in %" PRId64 " blocks -> %.*s%s x %" PRIu64 " (%s)",
                       std::string(to_string(d.op)).c_str(), d.bytes, d.blocks, static_cast<int>(d.method().size()),
                       d.method().data(), d.forced ? " (forced)" : "", d.taken, alts.c_str());
     }
@@ -218,28 +223,35 @@ std::string runtime::decisions_text(bool one_line) const {
     out += fused_decisions_text(one_line);
     if (colls.empty()) return out;
     std::sort(colls.begin(), colls.end(), [](const auto& a, const auto& b) { return a.second.taken > b.second.taken; });
-    out += format(one_line ? "; collective decisions (%zu)" : "\n  collective decisions (%zu distinct, most taken first)",
-                  colls.size());
+    out +=
+        format(one_line ? "; collective decisions (%zu)" : "\n  collective decisions (%zu distinct, most taken first)",
+               colls.size());
     const std::size_t shown_colls = std::min<std::size_t>(colls.size(), 16);
     for (std::size_t i = 0; i < shown_colls; ++i) {
         const auto& [shape, d] = colls[i];
         std::string how;
         for (std::size_t m = 0; m < coll_method_count; ++m) {
             const bool measured = d.measured[m] == d.measured[m];
-            how += format("%s%s %s %.3g us", m ? ", " : "", coll_method_names[m].data(), measured ? "measured" : "predicted",
-                          (measured ? d.measured[m] : d.predicted[m]) * 1e6);
+            how += format("%s%s %s %.3g us", m ? ", " : "", coll_method_names[m].data(),
+                          measured ? "measured" : "predicted", (measured ? d.measured[m] : d.predicted[m]) * 1e6);
         }
         std::string method(coll_method_names[static_cast<std::size_t>(d.method)]);
-        if (d.method == coll_method::hierarchical && !shape.level_names.empty()) method += " " + shape.schedule_text(d.levels);
+        if (d.method == coll_method::hierarchical && !shape.level_names.empty())
+            method += " " + shape.schedule_text(d.levels);
         if (one_line)
-            out += format("; %s %" PRId64 " B -> %s x %" PRIu64, std::string(to_string(d.op)).c_str(), d.bytes, method.c_str(),
-                          d.taken);
+            out += format("; %s %" PRId64 " B -> %s x %" PRIu64, std::string(to_string(d.op)).c_str(), d.bytes,
+                          method.c_str(), d.taken);
         else
-            out += format("\n    %s of %" PRId64 " bytes on %s -> %s%s%s x %" PRIu64 " (%s)", std::string(to_string(d.op)).c_str(),
-                          d.bytes, shape.signature().c_str(), method.c_str(), d.forced ? " (forced)" : "",
-                          d.live ? "" : d.latency_bound ? " (floating-point, latency-bound: kept)" : " (floating-point: from the model)", d.taken, how.c_str());
+            out += format("\n    %s of %" PRId64 " bytes on %s -> %s%s%s x %" PRIu64 " (%s)",
+                          std::string(to_string(d.op)).c_str(), d.bytes, shape.signature().c_str(), method.c_str(),
+                          d.forced ? " (forced)" : "",
+                          d.live            ? ""
+                          : d.latency_bound ? " (floating-point, latency-bound: kept)"
+                                            : " (floating-point: from the model)",
+                          d.taken, how.c_str());
     }
-    if (colls.size() > shown_colls) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", colls.size() - shown_colls);
+    if (colls.size() > shown_colls)
+        out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", colls.size() - shown_colls);
     return out;
 }
 
@@ -257,7 +269,8 @@ void runtime::report() noexcept {
         SHUNT_CHECK_MPI(PMPI_Comm_dup(MPI_COMM_WORLD, &comm));
         flat total{};
         int rank = 0, size = 0;
-        const int rc = PMPI_Reduce(mine.data(), total.data(), static_cast<int>(mine.size()), MPI_UINT64_T, MPI_SUM, 0, comm);
+        const int rc =
+            PMPI_Reduce(mine.data(), total.data(), static_cast<int>(mine.size()), MPI_UINT64_T, MPI_SUM, 0, comm);
         PMPI_Comm_rank(comm, &rank);
         PMPI_Comm_size(comm, &size);
         PMPI_Comm_free(&comm);

@@ -2,12 +2,12 @@
 #include "runtime.hpp"
 
 #include <shunt/errors.hpp>
-#include <shunt/log.hpp>
 #include <shunt/gpu/memory.hpp>
-#include <shunt/pack/host.hpp>
+#include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
-#include <shunt/model/model.hpp>
 #include <shunt/model/measure.hpp>
+#include <shunt/model/model.hpp>
+#include <shunt/pack/host.hpp>
 #include <shunt/plan/planner.hpp>
 
 #include <algorithm>
@@ -75,7 +75,6 @@ std::shared_ptr<cost_model> load_runtime_model(const settings& cfg, std::string&
 
 runtime::runtime(const settings& cfg)
     : cfg_(cfg), model_(load_runtime_model(cfg, model_note_)), planner_(model_, {pack_kind::name(cfg.pack)}) {}
-
 
 runtime* runtime::create() noexcept {
     try {
@@ -199,8 +198,7 @@ void runtime::log_type(MPI_Datatype type, const char* event) noexcept {
                   "%s %s: size %" PRId64 ", extent %" PRId64 " (lb %" PRId64 "), canonical form %zu dims x %zu blocks",
                   event, handle_text(type).c_str(), info->size, info->extent, info->lb, info->form.dims.size(),
                   info->form.blocks.size());
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 int runtime::type_commit(MPI_Datatype* type) noexcept {
@@ -254,7 +252,7 @@ int runtime::type_free(MPI_Datatype* type) noexcept {
 /// The sampling state of one direction on one thread.
 struct runtime::sample_state {
     std::uint64_t rng = 0x9E3779B97F4A7C15ull;  // xorshift64; any nonzero seed
-    std::uint32_t countdown = sample_period;     // calls to the next sampled one, this one included
+    std::uint32_t countdown = sample_period;  // calls to the next sampled one, this one included
     std::uint32_t burst_left = 0;
 };
 
@@ -307,26 +305,26 @@ void runtime::observe(bool library, direction d, const pack_plan& plan, double s
         const double block_len = static_cast<double>(plan.bytes) / static_cast<double>(plan.blocks);
         model_->observe(table_names::pack(library, d == direction::unpack, std::llround(block_len)),
                         static_cast<double>(plan.bytes), seconds);
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 void runtime::measured(direction d, MPI_Datatype type, int count, const pack_plan& plan, double seconds) noexcept {
     try {
-        if (!planner_.record(plan.measure, seconds) || !cfg_.log.enabled(log_level::debug, log_category::decide)) return;
+        if (!planner_.record(plan.measure, seconds) || !cfg_.log.enabled(log_level::debug, log_category::decide))
+            return;
         const plan_decision pd = planner_.decision(plan.measure.key);
         const shim s = d == direction::pack ? shim::pack : shim::unpack;
         log_debug(log_category::decide,
-                  "%s of %d x %s (%" PRId64 " bytes in %" PRId64 " blocks over %" PRId64 " bytes): %s (measured library %.3g us, "
+                  "%s of %d x %s (%" PRId64 " bytes in %" PRId64 " blocks over %" PRId64
+                  " bytes): %s (measured library %.3g us, "
                   "shunt's host packer %.3g us%s)",
                   shim_names[static_cast<std::size_t>(s)], count, handle_text(type).c_str(), pd.bytes, pd.blocks,
                   plan.measure.key.span, pd.method() == "host" ? "shunt's host packer" : "the library",
                   pd.measured_s[0] * 1e6, pd.measured_s[1] * 1e6,
-                  pd.measuring                ? "; a second look follows"
+                  pd.measuring             ? "; a second look follows"
                   : plan.measure.look == 1 ? "; second look"
-                                              : "");
-    } catch (...) {
-    }
+                                           : "");
+    } catch (...) {}
 }
 
 int runtime::pack_size(int incount, MPI_Datatype type, MPI_Comm comm, int* size) noexcept {
@@ -430,10 +428,9 @@ pass_reason runtime::decide(direction d, MPI_Datatype type, int count, std::int6
             if (cfg_.log.enabled(is_new ? log_level::debug : log_level::trace, log_category::decide)) {
                 std::string alternatives;
                 for (std::uint8_t i = 0; i < decision.count; ++i)
-                    alternatives += format_text("%s%.*s %.3g us", i == 0 ? "" : ", ",
-                                                static_cast<int>(decision.alternatives[i].method.size()),
-                                                decision.alternatives[i].method.data(),
-                                                decision.alternatives[i].predicted_s * 1e6);
+                    alternatives += format_text(
+                        "%s%.*s %.3g us", i == 0 ? "" : ", ", static_cast<int>(decision.alternatives[i].method.size()),
+                        decision.alternatives[i].method.data(), decision.alternatives[i].predicted_s * 1e6);
                 log_printf(is_new ? log_level::debug : log_level::trace, log_category::decide,
                            "%s of %d x %s (%" PRId64 " bytes in %" PRId64 " blocks): %s (predicted %s)",
                            shim_names[static_cast<std::size_t>(s)], count, handle_text(type).c_str(), bytes,
@@ -530,7 +527,8 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
                 if (measuring && done == bytes) measured(d, type, count, plan, took);
             }
             if (done != bytes)
-                throw error(std::string(name) + " moved " + std::to_string(done) + " of " + std::to_string(bytes) + " bytes");
+                throw error(std::string(name) + " moved " + std::to_string(done) + " of " + std::to_string(bytes) +
+                            " bytes");
         } catch (const unsupported& e) {
             log_debug(log_category::pack, "%s: %s; left to the library", name, e.what());
             return pass(pass_reason::too_large);
@@ -545,7 +543,8 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     *position += static_cast<int>(bytes);
     count_done(d, bytes);
     if (cfg_.log.enabled(log_level::trace, log_category::pack))  // not formatting the handle on every call
-        log_trace(log_category::pack, "%s %d x %s: %" PRId64 " bytes by shunt", name, count, handle_text(type).c_str(), bytes);
+        log_trace(log_category::pack, "%s %d x %s: %" PRId64 " bytes by shunt", name, count, handle_text(type).c_str(),
+                  bytes);
     return MPI_SUCCESS;
 }
 
@@ -561,8 +560,9 @@ int runtime::pack(const void* inbuf, int incount, MPI_Datatype type, void* outbu
     // absolute addresses, MPICH 4.0 rejects it for any type.
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || incount < 0 || outsize < 0 || *position < 0)
         return pass(pass_reason::bad_argument);
-    if (int rc = 0; devices_.load(std::memory_order_relaxed) && device_pack(direction::pack, inbuf, outbuf, incount, type, std::int64_t{outsize} - *position,
-                                position, comm, rc))
+    if (int rc = 0;
+        devices_.load(std::memory_order_relaxed) && device_pack(direction::pack, inbuf, outbuf, incount, type,
+                                                                std::int64_t{outsize} - *position, position, comm, rc))
         return rc;
     return transfer(
         direction::pack, type, incount, std::int64_t{outsize} - *position, position, comm, pass,
@@ -587,8 +587,9 @@ int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, 
     if (!running()) return pass(pass_reason::not_running);
     if (position == nullptr || inbuf == nullptr || outbuf == nullptr || insize < 0 || outcount < 0 || *position < 0)
         return pass(pass_reason::bad_argument);  // MPI_BOTTOM as outbuf too: see pack()
-    if (int rc = 0; devices_.load(std::memory_order_relaxed) && device_pack(direction::unpack, inbuf, outbuf, outcount, type, std::int64_t{insize} - *position,
-                                position, comm, rc))
+    if (int rc = 0;
+        devices_.load(std::memory_order_relaxed) && device_pack(direction::unpack, inbuf, outbuf, outcount, type,
+                                                                std::int64_t{insize} - *position, position, comm, rc))
         return rc;
     return transfer(
         direction::unpack, type, outcount, std::int64_t{insize} - *position, position, comm, pass,
@@ -598,9 +599,9 @@ int runtime::unpack(const void* inbuf, int insize, int* position, void* outbuf, 
         },
         [&](const type_info& t, const pack_program* program) {
             const std::byte* const in = static_cast<const std::byte*>(inbuf) + *position;
-            return program != nullptr
-                       ? run_program<false>(*program, reinterpret_cast<std::uintptr_t>(outbuf), const_cast<std::byte*>(in))
-                       : unpack_host(t, outcount, in, outbuf);
+            return program != nullptr ? run_program<false>(*program, reinterpret_cast<std::uintptr_t>(outbuf),
+                                                           const_cast<std::byte*>(in))
+                                      : unpack_host(t, outcount, in, outbuf);
         });
 }
 

@@ -112,8 +112,9 @@ public:
     int bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) noexcept;
     /// One planner decision per communicator (not per size class): the sizes differ per rank, so
     /// no size is common to all ranks without a round of communication.
-    int alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void* recvbuf,
-                  const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm) noexcept;
+    int alltoallv(const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
+                  void* recvbuf, const int recvcounts[], const int rdispls[], MPI_Datatype recvtype,
+                  MPI_Comm comm) noexcept;
     int alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) noexcept;
     // MPI_Alltoallw and MPI_Neighbor_alltoallw (alltoallw.cpp): every block packed in one fused
@@ -134,9 +135,9 @@ public:
         shim op = shim::alltoallw;
         int ranks = 0;
         bool to_shunt = false, forced = false;
-        const char* why = "";                        ///< a literal: why, when not measured
-        double measured[2] = {-1, -1};               ///< library, shunt (seconds); negative: not measured
-        std::atomic<std::uint64_t> taken{0};         ///< calls on the decided path
+        const char* why = "";  ///< a literal: why, when not measured
+        double measured[2] = {-1, -1};  ///< library, shunt (seconds); negative: not measured
+        std::atomic<std::uint64_t> taken{0};  ///< calls on the decided path
     };
     enum class device_way : std::uint8_t { host, device, one_shot, staged };
 
@@ -156,8 +157,8 @@ public:
              MPI_Comm comm) noexcept;
     int isend(shim s, send_mode m, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
               MPI_Request* request) noexcept;
-    int send_init(shim s, send_mode m, const void* buf, int count, MPI_Datatype type, int dest, int tag,
-                  MPI_Comm comm, MPI_Request* request) noexcept;
+    int send_init(shim s, send_mode m, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
+                  MPI_Request* request) noexcept;
     int recv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm, MPI_Status* status) noexcept;
     int irecv(void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
               MPI_Request* request) noexcept;
@@ -237,8 +238,8 @@ private:
     /// The part of MPI_Pack and MPI_Unpack after the argument checks: forced choice, the
     /// communicator probe, the plan, shunt's move or the library, counting and position.
     template <class Pass, class Probe, class Move>
-    int transfer(direction d, MPI_Datatype type, int count, std::int64_t room, int* position, MPI_Comm comm,
-                 Pass pass, Probe probe, Move move) noexcept;
+    int transfer(direction d, MPI_Datatype type, int count, std::int64_t room, int* position, MPI_Comm comm, Pass pass,
+                 Probe probe, Move move) noexcept;
     /// Passes a measuring call's seconds to the planner; logs the key's verdict when it settles.
     void measured(direction d, MPI_Datatype type, int count, const pack_plan& plan, double seconds) noexcept;
     void internal_failure(shim s, const char* what) noexcept;
@@ -249,8 +250,8 @@ private:
 
     // Point-to-point internals (p2p.cpp).
     /// Decides whether `count` x `type` at `buf` (to or from `peer`) is shunt's; fills `plan`.
-    pass_reason plan_p2p(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer,
-                         bool keep_type, p2p_plan& plan) noexcept;
+    pass_reason plan_p2p(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer, bool keep_type,
+                         p2p_plan& plan) noexcept;
     /// The common point-to-point case, answered before a plan is built: `count` x `type` at
     /// `buf` is one contiguous run of host memory (no device in use), which the library moves as
     /// it is. True exactly where plan_p2p would pass the call as `contiguous`; false otherwise,
@@ -358,8 +359,8 @@ private:
     /// The planner's choice, shunt's schedule (`run`) or the library (`library`), timing, counting;
     /// `live` false: decided from the model without measuring (a floating-point reduction).
     template <class Library, class Shunt>
-    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, bool live, device_stage& dev,
-                   Library library, Shunt run) noexcept;
+    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, bool live, device_stage& dev, Library library,
+                   Shunt run) noexcept;
     void log_decision(const coll_context& ctx, coll_op op, std::int64_t bytes, bool live, const char* name) noexcept;
 
     const settings& cfg_;

@@ -77,8 +77,7 @@ SHUNT_EXPORT int MPI_Unpack(const void* inbuf, int insize, int* position, void* 
 SHUNT_EXPORT int MPI_Pack_size(int incount, MPI_Datatype datatype, MPI_Comm comm, int* size) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->pack_size(incount, datatype, comm, size)
-                         : PMPI_Pack_size(incount, datatype, comm, size);
+    return rt != nullptr ? rt->pack_size(incount, datatype, comm, size) : PMPI_Pack_size(incount, datatype, comm, size);
 }
 
 SHUNT_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
@@ -113,8 +112,7 @@ SHUNT_EXPORT int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const in
                          : PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
 }
 
-SHUNT_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
-                               int recvcount,
+SHUNT_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount,
                                MPI_Datatype recvtype, MPI_Comm comm) {
     const reentry_guard guard;
     runtime* rt = active(guard);
@@ -170,8 +168,8 @@ SHUNT_EXPORT int MPI_Neighbor_alltoallw(const void* sendbuf, const int sendcount
                                         const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                                  rdispls, recvtypes, comm)
+    return rt != nullptr ? rt->neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls,
+                                                  recvtypes, comm)
                          : PMPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
                                                    rdispls, recvtypes, comm);
 }
@@ -210,44 +208,44 @@ SHUNT_EXPORT int MPI_Isend(const void* buf, int count, MPI_Datatype datatype, in
                            MPI_Request* request) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->isend(shim::isend, runtime::send_mode::standard, buf, count, datatype, dest, tag,
-                                     comm, request)
-                         : PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
+    return rt != nullptr
+               ? rt->isend(shim::isend, runtime::send_mode::standard, buf, count, datatype, dest, tag, comm, request)
+               : PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
 }
 
 SHUNT_EXPORT int MPI_Issend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                             MPI_Request* request) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->isend(shim::issend, runtime::send_mode::sync, buf, count, datatype, dest, tag, comm,
-                                     request)
-                         : PMPI_Issend(buf, count, datatype, dest, tag, comm, request);
+    return rt != nullptr
+               ? rt->isend(shim::issend, runtime::send_mode::sync, buf, count, datatype, dest, tag, comm, request)
+               : PMPI_Issend(buf, count, datatype, dest, tag, comm, request);
 }
 
 SHUNT_EXPORT int MPI_Irsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                             MPI_Request* request) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->isend(shim::irsend, runtime::send_mode::ready, buf, count, datatype, dest, tag, comm,
-                                     request)
-                         : PMPI_Irsend(buf, count, datatype, dest, tag, comm, request);
+    return rt != nullptr
+               ? rt->isend(shim::irsend, runtime::send_mode::ready, buf, count, datatype, dest, tag, comm, request)
+               : PMPI_Irsend(buf, count, datatype, dest, tag, comm, request);
 }
 
 SHUNT_EXPORT int MPI_Ibsend(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                             MPI_Request* request) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->isend(shim::ibsend, runtime::send_mode::buffered, buf, count, datatype, dest, tag,
-                                     comm, request)
-                         : PMPI_Ibsend(buf, count, datatype, dest, tag, comm, request);
+    return rt != nullptr
+               ? rt->isend(shim::ibsend, runtime::send_mode::buffered, buf, count, datatype, dest, tag, comm, request)
+               : PMPI_Ibsend(buf, count, datatype, dest, tag, comm, request);
 }
 
 SHUNT_EXPORT int MPI_Send_init(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                                MPI_Request* request) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->send_init(shim::send_init, runtime::send_mode::standard, buf, count, datatype, dest,
-                                         tag, comm, request)
+    return rt != nullptr ? rt->send_init(shim::send_init, runtime::send_mode::standard, buf, count, datatype, dest, tag,
+                                         comm, request)
                          : PMPI_Send_init(buf, count, datatype, dest, tag, comm, request);
 }
 
@@ -264,8 +262,8 @@ SHUNT_EXPORT int MPI_Rsend_init(const void* buf, int count, MPI_Datatype datatyp
                                 MPI_Request* request) {
     const reentry_guard guard;
     runtime* rt = active(guard);
-    return rt != nullptr ? rt->send_init(shim::rsend_init, runtime::send_mode::ready, buf, count, datatype, dest,
-                                         tag, comm, request)
+    return rt != nullptr ? rt->send_init(shim::rsend_init, runtime::send_mode::ready, buf, count, datatype, dest, tag,
+                                         comm, request)
                          : PMPI_Rsend_init(buf, count, datatype, dest, tag, comm, request);
 }
 

@@ -19,8 +19,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -32,25 +32,26 @@
 namespace {
 
 void usage(std::FILE* to) {
-    std::fputs("usage: shunt-info OPTION [ARGS]\n"
-               "\n"
-               "Shows how shunt is configured and what it would do. Runs without mpirun.\n"
-               "\n"
-               "  --config                   every SHUNT_* variable: type, default, current value, documentation\n"
-               "  --model [FILE]             validate a model file (default: the one shunt would load) and list its tables\n"
-               "  --explain pack|unpack BYTES [BLOCK]\n"
-               "                             the decision for (un)packing BYTES in blocks of BLOCK bytes (default 8),\n"
-               "                             with every alternative's predicted time, from the model shunt would load\n"
-               "  --explain COLLECTIVE BYTES the decision's alternatives for a collective of BYTES on MPI_COMM_WORLD\n"
-               "                             (allreduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv,\n"
-               "                             bcast, reduce, alltoall, alltoallv), from the model alone; run it under\n"
-               "                             mpirun\n"
-               "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
-               "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
-               "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
-               "  --help                     this help\n"
-               "  --version                  the shunt version\n",
-               to);
+    std::fputs(
+        "usage: shunt-info OPTION [ARGS]\n"
+        "\n"
+        "Shows how shunt is configured and what it would do. Runs without mpirun.\n"
+        "\n"
+        "  --config                   every SHUNT_* variable: type, default, current value, documentation\n"
+        "  --model [FILE]             validate a model file (default: the one shunt would load) and list its tables\n"
+        "  --explain pack|unpack BYTES [BLOCK]\n"
+        "                             the decision for (un)packing BYTES in blocks of BLOCK bytes (default 8),\n"
+        "                             with every alternative's predicted time, from the model shunt would load\n"
+        "  --explain COLLECTIVE BYTES the decision's alternatives for a collective of BYTES on MPI_COMM_WORLD\n"
+        "                             (allreduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv,\n"
+        "                             bcast, reduce, alltoall, alltoallv), from the model alone; run it under\n"
+        "                             mpirun\n"
+        "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
+        "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
+        "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
+        "  --help                     this help\n"
+        "  --version                  the shunt version\n",
+        to);
 }
 
 /// The current state of one variable, as text.
@@ -99,7 +100,8 @@ std::shared_ptr<shunt::cost_model> effective_model(std::string& where) {
 
 int show_model(const char* file) {
     const shunt::model_identity me = shunt::current_identity(shunt::gpu::current_device_name());
-    const std::string path = file ? file : shunt::resolve_model_path(shunt::config().model, shunt::process_environment(), me);
+    const std::string path =
+        file ? file : shunt::resolve_model_path(shunt::config().model, shunt::process_environment(), me);
     if (path.empty()) {
         std::fprintf(stderr, "shunt-info: no model file location (set SHUNT_MODEL or HOME, or name a file)\n");
         return 1;
@@ -111,15 +113,16 @@ int show_model(const char* file) {
     }
     const auto& m = *r.model;
     std::printf("%s: valid shunt model, schema version %d\n", path.c_str(), shunt::model_schema_version);
-    std::printf("  measured on host '%s', GPU '%s', MPI '%s'%s\n", m.id.host.c_str(), m.id.gpu.c_str(), m.id.mpi.c_str(),
-                m.id == me ? "" : " -- FOREIGN: shunt on this machine would not use it");
+    std::printf("  measured on host '%s', GPU '%s', MPI '%s'%s\n", m.id.host.c_str(), m.id.gpu.c_str(),
+                m.id.mpi.c_str(), m.id == me ? "" : " -- FOREIGN: shunt on this machine would not use it");
     if (!(m.id == me))
-        std::printf("  this machine is host '%s', GPU '%s', MPI '%s'\n", me.host.c_str(), me.gpu.c_str(), me.mpi.c_str());
+        std::printf("  this machine is host '%s', GPU '%s', MPI '%s'\n", me.host.c_str(), me.gpu.c_str(),
+                    me.mpi.c_str());
     for (const auto& [name, t] : m.tables()) {
         const auto& p = t.points();
         if (p.empty()) continue;
-        std::printf("  %-24s %3zu points, %10.0f .. %-10.0f bytes, %.3g .. %.3g s\n", name.c_str(), p.size(), p.front().size,
-                    p.back().size, p.front().time, p.back().time);
+        std::printf("  %-24s %3zu points, %10.0f .. %-10.0f bytes, %.3g .. %.3g s\n", name.c_str(), p.size(),
+                    p.front().size, p.back().size, p.front().time, p.back().time);
     }
     return m.id == me ? 0 : 1;
 }
@@ -173,7 +176,9 @@ int show_topology(int argc, char** argv) {
         std::vector<char> gpus(static_cast<std::size_t>(p) * gpu_chars);
         MPI_Gather(gpu_text, gpu_chars, MPI_CHAR, gpus.data(), gpu_chars, MPI_CHAR, 0, MPI_COMM_WORLD);
         if (me != 0) return 0;
-        const auto gpu_of = [&](int r) { return std::string_view(gpus.data() + static_cast<std::size_t>(r) * gpu_chars); };
+        const auto gpu_of = [&](int r) {
+            return std::string_view(gpus.data() + static_cast<std::size_t>(r) * gpu_chars);
+        };
         bool any_gpu = false;
         for (int r = 0; r < p; ++r) any_gpu = any_gpu || !gpu_of(r).empty();
         std::printf("%s", topo.describe().c_str());
@@ -184,7 +189,8 @@ int show_topology(int argc, char** argv) {
         std::printf("\n");
         for (int r = 0; r < p; ++r) {
             std::printf("%-6d %-24s", r, names.data() + static_cast<std::size_t>(r) * (MPI_MAX_PROCESSOR_NAME + 1));
-            for (int k = 0; k < h.levels(); ++k) std::printf(" %12s", ("group " + std::to_string(h.group_of(k, r))).c_str());
+            for (int k = 0; k < h.levels(); ++k)
+                std::printf(" %12s", ("group " + std::to_string(h.group_of(k, r))).c_str());
             if (any_gpu) {
                 const std::string_view g = gpu_of(r);
                 const std::size_t space = g.find(' ');
@@ -223,20 +229,25 @@ int explain_collective(int argc, char** argv, shunt::coll_op op, std::int64_t by
             std::printf("  SHUNT_COLL=%s forces the choice\n", c == shunt::coll_choice::library ? "library" : "shunt");
             return 0;
         }
-        std::printf("  in a run, shunt's schedule runs over the levels predicted fastest; shunt measures it and\n"
-                    "  the library on the first calls of this size class and keeps the faster (its schedule\n"
-                    "  must win by 3%%); with a measured table for both on every rank it decides from the tables\n");
-        if (c == shunt::coll_choice::automatic && (op == shunt::coll_op::allreduce || op == shunt::coll_op::reduce ||
-                                                   op == shunt::coll_op::reduce_scatter ||
-                                                   op == shunt::coll_op::reduce_scatter_block)) {
+        std::printf(
+            "  in a run, shunt's schedule runs over the levels predicted fastest; shunt measures it and\n"
+            "  the library on the first calls of this size class and keeps the faster (its schedule\n"
+            "  must win by 3%%); with a measured table for both on every rank it decides from the tables\n");
+        if (c == shunt::coll_choice::automatic &&
+            (op == shunt::coll_op::allreduce || op == shunt::coll_op::reduce || op == shunt::coll_op::reduce_scatter ||
+             op == shunt::coll_op::reduce_scatter_block)) {
             // This rank's model alone: a run agrees with every rank's first.
-            const auto pick = tuner.choose(*model, op, bytes, std::nullopt, [](double*, int) {}, false);
+            const auto pick = tuner.choose(
+                *model, op, bytes, std::nullopt, [](double*, int) {}, false);
             bool latency_bound = false;
             tuner.for_each([&](const shunt::coll_decision& d) { latency_bound = d.latency_bound; });
-            std::printf("  floating-point sums and products are decided from the model alone (the same bits in every\n"
-                        "  run): %s%s\n",
-                        pick.method == shunt::coll_method::library ? "the library" : ("shunt's schedule " + shape.schedule_text(pick.levels)).c_str(),
-                        latency_bound ? " (the analytic prediction is mostly latency, which it cannot judge)" : "");
+            std::printf(
+                "  floating-point sums and products are decided from the model alone (the same bits in every\n"
+                "  run): %s%s\n",
+                pick.method == shunt::coll_method::library
+                    ? "the library"
+                    : ("shunt's schedule " + shape.schedule_text(pick.levels)).c_str(),
+                latency_bound ? " (the analytic prediction is mostly latency, which it cannot judge)" : "");
         }
         return 0;
     });
@@ -255,7 +266,9 @@ int explain(int argc, char** argv) {
         }
     }
     if (argc < 4 || argc > 5 || (std::string_view(argv[2]) != "pack" && std::string_view(argv[2]) != "unpack")) {
-        std::fprintf(stderr, "shunt-info: --explain takes pack|unpack BYTES [BLOCK] or COLLECTIVE BYTES (try shunt-info --help)\n");
+        std::fprintf(
+            stderr,
+            "shunt-info: --explain takes pack|unpack BYTES [BLOCK] or COLLECTIVE BYTES (try shunt-info --help)\n");
         return 2;
     }
     std::int64_t bytes = 0, block = 8;
@@ -284,20 +297,23 @@ int explain(int argc, char** argv) {
                     d.alternatives[i].method.data(), d.alternatives[i].predicted_s * 1e6,
                     i == d.chosen ? (d.forced ? "   <- chosen (forced by SHUNT_PACK)" : "   <- chosen") : "");
     if (block >= 64 && !t.dense(1))
-        std::printf("  shunt's packer %s rows non-temporally here (streaming stores: from %lld MiB written in\n"
-                    "  a call on this machine, 3/4 of a CPU's share of the L3, at least 16 MiB)\n",
-                    shunt::detail::pack_program(t.form, t.extent, 1).stream_stores() ? "stores" : "does not store",
-                    static_cast<long long>(shunt::detail::stream_store_bytes() >> 20));
+        std::printf(
+            "  shunt's packer %s rows non-temporally here (streaming stores: from %lld MiB written in\n"
+            "  a call on this machine, 3/4 of a CPU's share of the L3, at least 16 MiB)\n",
+            shunt::detail::pack_program(t.form, t.extent, 1).stream_stores() ? "stores" : "does not store",
+            static_cast<long long>(shunt::detail::stream_store_bytes() >> 20));
     const bool dense = t.dense(1) && shunt::config().pack != shunt::pack_choice::library;
     if (dense)  // as runtime::prepare: one run of bytes is one memcpy, with nothing to decide
-        std::printf("  one contiguous run: preloaded, MPI_%s makes it one memcpy (as the library does), without\n"
-                    "  a decision or measuring\n",
-                    std::string_view(argv[2]) == "unpack" ? "Unpack" : "Pack");
+        std::printf(
+            "  one contiguous run: preloaded, MPI_%s makes it one memcpy (as the library does), without\n"
+            "  a decision or measuring\n",
+            std::string_view(argv[2]) == "unpack" ? "Unpack" : "Pack");
     else if (d.measuring && shunt::config().pack != shunt::pack_choice::model)
-        std::printf("  preloaded, MPI_%s measures both on the first calls of each such layout (one class with\n"
-                    "  the counts whose bytes are within 19%%) and keeps the faster\n"
-                    "  (the library unless shunt's packer beats it by %.0f%%; SHUNT_PACK=model keeps the model's choice)\n",
-                    std::string_view(argv[2]) == "unpack" ? "Unpack" : "Pack", shunt::planner::measure_margin * 100);
+        std::printf(
+            "  preloaded, MPI_%s measures both on the first calls of each such layout (one class with\n"
+            "  the counts whose bytes are within 19%%) and keeps the faster\n"
+            "  (the library unless shunt's packer beats it by %.0f%%; SHUNT_PACK=model keeps the model's choice)\n",
+            std::string_view(argv[2]) == "unpack" ? "Unpack" : "Pack", shunt::planner::measure_margin * 100);
     shunt::log_config_warnings();
     return 0;
 }

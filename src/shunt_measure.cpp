@@ -2,18 +2,18 @@
 // locality level, collectives per algorithm on this job's topology, and with a CUDA device the
 // device copies, kernel launch and device packing) and writes the model file; also validates
 // predictions and decisions.
-#include <shunt/config.hpp>
-#include <shunt/gpu/memory.hpp>
-#include <shunt/gpu/pack.hpp>
-#include <shunt/model/file.hpp>
-#include <shunt/model/measure.hpp>
-#include <shunt/model/measure_device.hpp>
 #include <shunt/collectives/allgather.hpp>
 #include <shunt/collectives/allreduce.hpp>
 #include <shunt/collectives/alltoall.hpp>
 #include <shunt/collectives/bcast.hpp>
 #include <shunt/collectives/reduce.hpp>
 #include <shunt/collectives/reduce_scatter_block.hpp>
+#include <shunt/config.hpp>
+#include <shunt/gpu/memory.hpp>
+#include <shunt/gpu/pack.hpp>
+#include <shunt/model/file.hpp>
+#include <shunt/model/measure.hpp>
+#include <shunt/model/measure_device.hpp>
 #include <shunt/model/stats.hpp>
 #include <shunt/plan/collective.hpp>
 #include <shunt/plan/pack.hpp>
@@ -21,6 +21,7 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -30,7 +31,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 #include <vector>
 
 namespace {
@@ -47,7 +47,8 @@ struct options {
     bool decisions = false;
     bool dry_run = false;
     bool selects(std::string_view table) const {
-        return only.empty() || std::any_of(only.begin(), only.end(), [&](const std::string& p) { return table.starts_with(p); });
+        return only.empty() ||
+               std::any_of(only.begin(), only.end(), [&](const std::string& p) { return table.starts_with(p); });
     }
 };
 
@@ -85,12 +86,18 @@ bool parse_args(int argc, char** argv, options& o, std::string& error) {
             }
             return argv[++i];
         };
-        if (a == "--quick") o.full = false;
-        else if (a == "--full") o.full = true;
-        else if (a == "--force") o.force = true;
-        else if (a == "--validate") o.validate = true;
-        else if (a == "--decisions") o.decisions = true;
-        else if (a == "--dry-run") o.dry_run = true;
+        if (a == "--quick")
+            o.full = false;
+        else if (a == "--full")
+            o.full = true;
+        else if (a == "--force")
+            o.force = true;
+        else if (a == "--validate")
+            o.validate = true;
+        else if (a == "--decisions")
+            o.decisions = true;
+        else if (a == "--dry-run")
+            o.dry_run = true;
         else if (a == "--output") {
             const char* v = value("a file name");
             if (!v) return false;
@@ -168,8 +175,8 @@ private:
 
 /// How the job lies over its nodes, as shunt-measure needs it.
 struct job_layout {
-    int node_peer = -1;        ///< a rank on rank 0's node other than rank 0 (-1 if none)
-    int network_peer = -1;     ///< a rank on another node (-1 if none)
+    int node_peer = -1;  ///< a rank on rank 0's node other than rank 0 (-1 if none)
+    int network_peer = -1;  ///< a rank on another node (-1 if none)
     bool node_leader = false;  ///< this rank is the lowest world rank of its node
     int nodes = 1;
 };
@@ -213,8 +220,9 @@ time_table share_from_rank0(const time_table& t) {
 }
 
 /// The collectives with tables, as the planner names them.
-constexpr coll_op measured_collectives[] = {coll_op::allreduce, coll_op::reduce_scatter_block, coll_op::allgather,
-                                            coll_op::alltoall,  coll_op::bcast,               coll_op::reduce};
+constexpr coll_op measured_collectives[] = {coll_op::allreduce, coll_op::reduce_scatter_block,
+                                            coll_op::allgather, coll_op::alltoall,
+                                            coll_op::bcast,     coll_op::reduce};
 
 /// One call of `op` by `m` on MPI_COMM_WORLD moving `bytes` (nccl-tests' sizes: the reduced
 /// vector, the whole send buffer of reduce-scatter and alltoall, the gathered buffer, the
@@ -233,22 +241,35 @@ std::function<void()> collective_call(coll_op op, coll_method m, const topology&
     const int cn = static_cast<int>(n), cp = static_cast<int>(per);
     switch (op) {
         case coll_op::allreduce:
-            return [=, &topo] { lib ? (void)PMPI_Allreduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, w)
-                                    : allreduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, opt); };
+            return [=, &topo] {
+                lib ? (void)PMPI_Allreduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, w)
+                    : allreduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, opt);
+            };
         case coll_op::reduce_scatter_block:
-            return [=, &topo] { lib ? (void)PMPI_Reduce_scatter_block(in->data(), out->data(), cp, MPI_DOUBLE, MPI_SUM, w)
-                                    : reduce_scatter_block(topo, in->data(), out->data(), per, MPI_DOUBLE, MPI_SUM, opt); };
+            return [=, &topo] {
+                lib ? (void)PMPI_Reduce_scatter_block(in->data(), out->data(), cp, MPI_DOUBLE, MPI_SUM, w)
+                    : reduce_scatter_block(topo, in->data(), out->data(), per, MPI_DOUBLE, MPI_SUM, opt);
+            };
         case coll_op::allgather:
-            return [=, &topo] { lib ? (void)PMPI_Allgather(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
-                                    : allgather(topo, in->data(), out->data(), per, MPI_DOUBLE, opt); };
+            return [=, &topo] {
+                lib ? (void)PMPI_Allgather(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
+                    : allgather(topo, in->data(), out->data(), per, MPI_DOUBLE, opt);
+            };
         case coll_op::alltoall:
-            return [=, &topo] { lib ? (void)PMPI_Alltoall(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
-                                    : alltoall(topo, in->data(), out->data(), per, MPI_DOUBLE, opt); };
+            return [=, &topo] {
+                lib ? (void)PMPI_Alltoall(in->data(), cp, MPI_DOUBLE, out->data(), cp, MPI_DOUBLE, w)
+                    : alltoall(topo, in->data(), out->data(), per, MPI_DOUBLE, opt);
+            };
         case coll_op::bcast:
-            return [=, &topo] { lib ? (void)PMPI_Bcast(out->data(), cn, MPI_DOUBLE, 0, w) : bcast(topo, out->data(), n, MPI_DOUBLE, 0, opt); };
+            return [=, &topo] {
+                lib ? (void)PMPI_Bcast(out->data(), cn, MPI_DOUBLE, 0, w)
+                    : bcast(topo, out->data(), n, MPI_DOUBLE, 0, opt);
+            };
         default:
-            return [=, &topo] { lib ? (void)PMPI_Reduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, 0, w)
-                                    : reduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, 0, opt); };
+            return [=, &topo] {
+                lib ? (void)PMPI_Reduce(in->data(), out->data(), cn, MPI_DOUBLE, MPI_SUM, 0, w)
+                    : reduce(topo, in->data(), out->data(), n, MPI_DOUBLE, MPI_SUM, 0, opt);
+            };
     }
 }
 
@@ -269,7 +290,8 @@ time_table measure_collective(coll_op op, coll_method m, const topology& topo, s
             return slowest;
         };
         const double once = batch(1);
-        std::int64_t reps = std::clamp<std::int64_t>(static_cast<std::int64_t>(pol.batch_s * 20 / std::max(once, 1e-9)), 1, 1000);
+        std::int64_t reps =
+            std::clamp<std::int64_t>(static_cast<std::int64_t>(pol.batch_s * 20 / std::max(once, 1e-9)), 1, 1000);
         SHUNT_CHECK_MPI(PMPI_Bcast(&reps, 1, MPI_INT64_T, 0, MPI_COMM_WORLD));
         std::vector<double> samples;
         for (int k = 0; k < pol.warmup + pol.min_samples; ++k) {
@@ -306,13 +328,16 @@ std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer, 
         // threads as `size`), and the pack kernels on the host pack tables' layouts and sizes.
         const auto launch_sizes = geometric_sizes(1, 1 << 20, o.full ? 4 : 16);
         for (const char* name : {"copy.h2d", "copy.d2h", "copy.d2d"})
-            tasks.push_back({name, false, [=, n = std::string(name)] { return measure_device_table(n, copy_sizes, pol); },
+            tasks.push_back({name, false,
+                             [=, n = std::string(name)] { return measure_device_table(n, copy_sizes, pol); },
                              std::nullopt, true});
-        tasks.push_back({"launch", false, [=] { return measure_device_table("launch", launch_sizes, pol); }, std::nullopt, true});
+        tasks.push_back(
+            {"launch", false, [=] { return measure_device_table("launch", launch_sizes, pol); }, std::nullopt, true});
         for (const bool mapped : {false, true})
             for (const std::int64_t l : block_lens) {
                 const std::string name = table_names::device_pack(mapped, l);
-                tasks.push_back({name, false, [=] { return measure_device_table(name, pack_sizes, pol); }, std::nullopt, true});
+                tasks.push_back(
+                    {name, false, [=] { return measure_device_table(name, pack_sizes, pol); }, std::nullopt, true});
             }
     }
     if (node_peer > 0)
@@ -332,10 +357,12 @@ std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer, 
         const auto coll_sizes = o.full ? geometric_sizes(4 << 10, 64 << 20, 4) : geometric_sizes(4 << 10, 4 << 20, 4);
         for (const coll_op op : measured_collectives) {
             std::vector<task::coll_key> keys{{op, coll_method::library, shape.all_levels()}};
-            for (const std::uint32_t set : collective_tuner::level_sets(shape)) keys.push_back({op, coll_method::hierarchical, set});
+            for (const std::uint32_t set : collective_tuner::level_sets(shape))
+                keys.push_back({op, coll_method::hierarchical, set});
             for (const auto k : keys)
-                tasks.push_back({table_names::collective(op, k.method, shape, k.levels), true,
-                                 [=, &topo] { return measure_collective(k.op, k.method, topo, coll_sizes, pol, k.levels); }, k});
+                tasks.push_back(
+                    {table_names::collective(op, k.method, shape, k.levels), true,
+                     [=, &topo] { return measure_collective(k.op, k.method, topo, coll_sizes, pol, k.levels); }, k});
         }
     }
     return tasks;
@@ -381,8 +408,8 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
             const int peer = t.name.find(".network.") != std::string::npos ? job.network_peer : job.node_peer;
             measured = measure_p2p(MPI_COMM_WORLD, 0, peer, sizes, pol);
         } else if (t.coll) {
-            measured = measure_collective(t.coll->op, t.coll->method, topology::of(MPI_COMM_WORLD, config().topology), sizes,
-                                          pol, t.coll->levels);
+            measured = measure_collective(t.coll->op, t.coll->method, topology::of(MPI_COMM_WORLD, config().topology),
+                                          sizes, pol, t.coll->levels);
         } else if (rank == 0 && t.device) {
             try {
                 measured = measure_device_table(t.name, sizes, pol);
@@ -441,7 +468,8 @@ void check_decisions(const cost_model& m, const options& o, int rank) {
     const std::vector<double> sizes = {512, 6000, 100000, 1500000};
     int fastest = 0, total = 0;
     double worst = 1;
-    std::printf("%-8s %-10s %12s %12s %-8s %-8s %8s\n", "block", "bytes", "library_s", "shunt_s", "picked", "fastest", "slowdown");
+    std::printf("%-8s %-10s %12s %12s %-8s %-8s %8s\n", "block", "bytes", "library_s", "shunt_s", "picked", "fastest",
+                "slowdown");
     for (const auto l : lens)
         for (const double s : sizes) {
             const double lib = measure_pack(true, false, l, std::vector<double>{s}, pol).points().front().time;
@@ -471,7 +499,9 @@ void check_collective_decisions(const cost_model& m, const options& o, int rank)
     const topology& topo = topology::of(MPI_COMM_WORLD, config().topology);
     const coll_shape shape = coll_shape::of(topo.groups());
     collective_tuner tuner(shape, 0);
-    const auto agree = [](double* v, int n) { SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)); };
+    const auto agree = [](double* v, int n) {
+        SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    };
     const std::vector<double> sizes = {8192, 131072, 2097152};
     const auto sets = collective_tuner::level_sets(shape);
     const auto text = [&](coll_method method, std::uint32_t levels) {
@@ -480,8 +510,8 @@ void check_collective_decisions(const cost_model& m, const options& o, int rank)
     int fastest = 0, total = 0;
     double worst = 1;
     if (rank == 0)
-        std::printf("%-22s %-10s %12s %12s %-24s %-24s %8s\n", "collective", "bytes", "library_s", "best_shunt_s", "picked",
-                    "fastest", "slowdown");
+        std::printf("%-22s %-10s %12s %12s %-24s %-24s %8s\n", "collective", "bytes", "library_s", "best_shunt_s",
+                    "picked", "fastest", "slowdown");
     for (const coll_op op : measured_collectives)
         for (const double s : sizes) {
             const auto pick = tuner.choose(m, op, static_cast<std::int64_t>(s), std::nullopt, agree);
@@ -490,7 +520,8 @@ void check_collective_decisions(const cost_model& m, const options& o, int rank)
             double best = lib, picked = lib, best_shunt = std::numeric_limits<double>::infinity();
             std::string best_text = "library";
             for (const std::uint32_t set : sets) {
-                const double t = measure_collective(op, coll_method::hierarchical, topo, one, pol, set).points().front().time;
+                const double t =
+                    measure_collective(op, coll_method::hierarchical, topo, one, pol, set).points().front().time;
                 best_shunt = std::min(best_shunt, t);
                 if (pick.method == coll_method::hierarchical && set == pick.levels) picked = t;
                 if (t < best) best = t, best_text = text(coll_method::hierarchical, set);
@@ -500,8 +531,8 @@ void check_collective_decisions(const cost_model& m, const options& o, int rank)
             fastest += picked == best;
             ++total;
             if (rank == 0)
-                std::printf("%-22s %-10.0f %12.3g %12.3g %-24s %-24s %8.2f\n", std::string(to_string(op)).c_str(), s, lib,
-                            best_shunt, text(pick.method, pick.levels).c_str(), best_text.c_str(), slowdown);
+                std::printf("%-22s %-10.0f %12.3g %12.3g %-24s %-24s %8.2f\n", std::string(to_string(op)).c_str(), s,
+                            lib, best_shunt, text(pick.method, pick.levels).c_str(), best_text.c_str(), slowdown);
         }
     if (rank == 0) std::printf("collective decisions fastest=%d/%d worst_slowdown=%.2f\n", fastest, total, worst);
 }
@@ -533,13 +564,15 @@ int main(int argc, char** argv) {
         // SHUNT_MODEL is one file, which rank 0 writes.
         const bool one_file = !o.output.empty() || !config().model.empty();
         const bool writer = rank == 0 || (job.node_leader && !one_file);
-        const std::string path =
-            !writer ? std::string() : o.output.empty() ? resolve_model_path(config().model, process_environment(), me) : o.output;
+        const std::string path = !writer            ? std::string()
+                                 : o.output.empty() ? resolve_model_path(config().model, process_environment(), me)
+                                                    : o.output;
         const int no_path = writer && path.empty();
         int any_no_path = 0;
         PMPI_Allreduce(&no_path, &any_no_path, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (any_no_path)
-            throw shunt::error(std::string("no model file location on ") + (no_path ? "host " + me.host : "another node") +
+            throw shunt::error(std::string("no model file location on ") +
+                               (no_path ? "host " + me.host : "another node") +
                                ": set SHUNT_MODEL or HOME, or pass --output");
         if (rank == 0 && one_file && job.nodes > 1)
             std::fprintf(stderr,
@@ -569,7 +602,8 @@ int main(int argc, char** argv) {
         };
         std::vector<todo_item> todo;
         for (const auto& t : tasks) {
-            const int mine = writer && o.selects(t.name) && (o.force || !model.measured(t.name)) && (!t.device || my_device);
+            const int mine =
+                writer && o.selects(t.name) && (o.force || !model.measured(t.name)) && (!t.device || my_device);
             int need = 0;
             PMPI_Allreduce(&mine, &need, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
             if (need) todo.push_back({&t, mine != 0});
@@ -595,7 +629,8 @@ int main(int argc, char** argv) {
                         time_table tbl = t->run();
                         if (!tbl.empty()) model.set(t->name, std::move(tbl));
                     } catch (const std::exception& e) {
-                        std::fprintf(stderr, "shunt-measure: warning: %s not measured: %s\n", t->name.c_str(), e.what());
+                        std::fprintf(stderr, "shunt-measure: warning: %s not measured: %s\n", t->name.c_str(),
+                                     e.what());
                     }
                 } else if (mine) {
                     model.set(t->name, t->run());
@@ -603,8 +638,9 @@ int main(int argc, char** argv) {
                 bar.step(++done, t->name, detail::now_s() - start);
             }
             if (rank == 0 && done < todo.size())
-                std::fprintf(stderr, "shunt-measure: budget reached, %zu of %zu tables measured; run again to continue\n",
-                             done, todo.size());
+                std::fprintf(stderr,
+                             "shunt-measure: budget reached, %zu of %zu tables measured; run again to continue\n", done,
+                             todo.size());
             if (writer) {
                 // A file that cannot be written fails the run, after the steps every rank takes part in.
                 try {

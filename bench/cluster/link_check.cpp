@@ -49,9 +49,12 @@ int main(int argc, char** argv) {
     int reps = 4;
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
-        if (a == "--expect-gbit" && i + 1 < argc) expect = std::atof(argv[++i]);
-        else if (a == "--bytes" && i + 1 < argc) bytes = std::atol(argv[++i]);
-        else if (a == "--reps" && i + 1 < argc) reps = std::atoi(argv[++i]);
+        if (a == "--expect-gbit" && i + 1 < argc)
+            expect = std::atof(argv[++i]);
+        else if (a == "--bytes" && i + 1 < argc)
+            bytes = std::atol(argv[++i]);
+        else if (a == "--reps" && i + 1 < argc)
+            reps = std::atoi(argv[++i]);
         else {
             std::fprintf(stderr, "usage: cluster_link_check [--expect-gbit G] [--bytes N] [--reps N]\n");
             MPI_Abort(MPI_COMM_WORLD, 2);
@@ -65,7 +68,8 @@ int main(int argc, char** argv) {
     int len = 0;
     MPI_Get_processor_name(name, &len);
     std::vector<char> names(static_cast<std::size_t>(n) * MPI_MAX_PROCESSOR_NAME);
-    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+    MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                  MPI_COMM_WORLD);
     auto host = [&](int r) { return std::string(names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME); };
     int other_node = -1, same_node = -1;
     for (int r = 1; r < n; ++r) {
@@ -75,7 +79,9 @@ int main(int argc, char** argv) {
     int status = 0;
     if (other_node >= 0) {
         double g = exchange_rate(0, other_node, bytes, reps);
-        if (me == 0) std::printf("inter-node %s <-> %s: %.3f Gbit/s per direction\n", host(0).c_str(), host(other_node).c_str(), g);
+        if (me == 0)
+            std::printf("inter-node %s <-> %s: %.3f Gbit/s per direction\n", host(0).c_str(), host(other_node).c_str(),
+                        g);
         // Above the rate: traffic bypasses the shaped link. The lower bound is loose because a
         // loaded 2-core machine slows TCP processing, not the link.
         if (expect > 0 && (g < 0.3 * expect || g > 1.3 * expect)) {

@@ -74,10 +74,12 @@ int main(int argc, char** argv) {
              "Times shunt's CUDA pack and unpack kernels on device memory for 2-D and 3-D strided objects, as\n"
              "GB/s and as a fraction of the sector-aware bound, side by side with cudaMemcpy2DAsync and with one\n"
              "cudaMemcpyAsync per block (the baselines MPI libraries use today).");
-    line.flag("--quick", "a small set that runs in seconds: 1M objects, blocks 1,8,64,512, 5 trials", [&] { quick = true; });
+    line.flag("--quick", "a small set that runs in seconds: 1M objects, blocks 1,8,64,512, 5 trials",
+              [&] { quick = true; });
     line.option("--blocks", "LIST", "block lengths in bytes (default 1:512, doubling)",
                 [&](const std::string& v) { blocks = parse_size_list(v, "--blocks"); });
-    line.option("--per-block-max", "N", "blocks (and 3d planes) timed in the per-block (and 2D) baseline\n"
+    line.option("--per-block-max", "N",
+                "blocks (and 3d planes) timed in the per-block (and 2D) baseline\n"
                 "(default 4096; per-block GB/s is of the timed blocks' bytes)",
                 [&](const std::string& v) { per_block_max = parse_int(v, "--per-block-max", 1, 1 << 24); });
     line.epilog(
@@ -104,7 +106,8 @@ int main(int argc, char** argv) {
         for (const char* fam : {"2d", "3d"})
             for (const std::int64_t b : blocks)
                 for (const std::int64_t size : o.sizes) {
-                    const std::string name = std::string(op) + "/" + fam + "/b" + std::to_string(b) + "/" + format_bytes(size);
+                    const std::string name =
+                        std::string(op) + "/" + fam + "/b" + std::to_string(b) + "/" + format_bytes(size);
                     if (o.selected(name)) rows.emplace_back(name, make_shape(fam, b, size));
                 }
     if (o.list) {
@@ -122,10 +125,16 @@ int main(int argc, char** argv) {
         need(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
         const auto stream = reinterpret_cast<shunt::gpu::stream_t>(s);
         auto sync = [&] { need(cudaStreamSynchronize(s), "cudaStreamSynchronize"); };
-        table t({{"row", 22, "row", true}, {"payload", 7, "payload_bytes"}, {"shunt GB/s", 10, "shunt_gbs"},
-                 {"bound GB/s", 10, "bound_gbs"}, {"shunt/bound", 11, "shunt_over_bound"}, {"2D GB/s", 8, "memcpy2d_gbs"},
-                 {"per-block GB/s", 14, "per_block_gbs"}, {"x 2D", 7, "speedup_vs_2d"},
-                 {"x per-block", 11, "speedup_vs_per_block"}, {"d2d GB/s", 8, "d2d_copy_gbs"}},
+        table t({{"row", 22, "row", true},
+                 {"payload", 7, "payload_bytes"},
+                 {"shunt GB/s", 10, "shunt_gbs"},
+                 {"bound GB/s", 10, "bound_gbs"},
+                 {"shunt/bound", 11, "shunt_over_bound"},
+                 {"2D GB/s", 8, "memcpy2d_gbs"},
+                 {"per-block GB/s", 14, "per_block_gbs"},
+                 {"x 2D", 7, "speedup_vs_2d"},
+                 {"x per-block", 11, "speedup_vs_per_block"},
+                 {"d2d GB/s", 8, "d2d_copy_gbs"}},
                 o);
         t.note(std::string("device: ") + prop.name + ", CUDA runtime " + std::to_string(CUDART_VERSION));
         for (const auto& [name, sh] : rows) {
@@ -174,7 +183,8 @@ int main(int argc, char** argv) {
                         char* t0 = tb + (i / sh.rows) * sh.plane + (i % sh.rows) * sh.pitch;
                         char* p0 = pb + i * sh.block;
                         need(cudaMemcpyAsync(pack ? p0 : t0, pack ? t0 : p0, static_cast<std::size_t>(sh.block),
-                                             cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+                                             cudaMemcpyDeviceToDevice, s),
+                             "cudaMemcpyAsync");
                     }
                     sync();
                 },
@@ -187,11 +197,11 @@ int main(int argc, char** argv) {
             // The copy moves 2 * payload bytes of memory traffic in its time.
             const double traffic_per_s = 2.0 * static_cast<double>(payload) / times[3].best_s;
             const double bound_s = static_cast<double>(sh.sector_bytes() + payload) / traffic_per_s;
-            const double per_block_s = times[2].best_s * static_cast<double>(nblocks) / static_cast<double>(timed_blocks);
+            const double per_block_s =
+                times[2].best_s * static_cast<double>(nblocks) / static_cast<double>(timed_blocks);
             const double two_d_s = times[1].best_s * static_cast<double>(sh.planes) / static_cast<double>(timed_planes);
             t.row({text_cell(name), bytes_cell(payload), gbs_cell(payload, times[0].best_s), gbs_cell(payload, bound_s),
-                   number_cell(bound_s / times[0].best_s, 2),
-                   have_2d ? gbs_cell(payload, two_d_s) : text_cell("n/a"),
+                   number_cell(bound_s / times[0].best_s, 2), have_2d ? gbs_cell(payload, two_d_s) : text_cell("n/a"),
                    gbs_cell(timed_blocks * sh.block, times[2].best_s),
                    have_2d ? number_cell(two_d_s / times[0].best_s, 1) : text_cell("n/a"),
                    number_cell(per_block_s / times[0].best_s, 0), gbs_cell(payload, times[3].best_s)});

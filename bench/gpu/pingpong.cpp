@@ -45,11 +45,14 @@ struct object {
     std::int64_t plane() const { return 2 * rows * pitch(); }
     std::int64_t payload() const { return block * rows * planes; }
     std::int64_t span() const { return (planes - 1) * plane() + (rows - 1) * pitch() + block; }
-    shunt::layout form() const { return shunt::simplify(shunt::layout{{{planes, plane()}, {rows, pitch()}}, {{0, block}}}); }
+    shunt::layout form() const {
+        return shunt::simplify(shunt::layout{{{planes, plane()}, {rows, pitch()}}, {{0, block}}});
+    }
     MPI_Datatype mpi_type() const {
         MPI_Datatype row, t;
-        need_mpi(MPI_Type_vector(static_cast<int>(rows), static_cast<int>(block), static_cast<int>(pitch()), MPI_BYTE, &row),
-                 "MPI_Type_vector");
+        need_mpi(
+            MPI_Type_vector(static_cast<int>(rows), static_cast<int>(block), static_cast<int>(pitch()), MPI_BYTE, &row),
+            "MPI_Type_vector");
         need_mpi(MPI_Type_create_hvector(static_cast<int>(planes), 1, plane(), row, &t), "MPI_Type_create_hvector");
         need_mpi(MPI_Type_commit(&t), "MPI_Type_commit");
         MPI_Type_free(&row);
@@ -108,12 +111,13 @@ int main(int argc, char** argv) {
             trials = 3;
         } else if (a == "--help") {
             if (rank_ == 0)
-                std::printf("usage: mpirun -n 2 bench-gpu-pingpong [--quick]\n"
-                            "Round-trip time (us, best of %d trials) of 2-D and 3-D device objects by one-shot (pack\n"
-                            "into mapped pinned memory), staged (pack on the device, copy to pinned memory), device\n"
-                            "(pack on the device, device pointer to MPI; CUDA-aware MPI only) and through shunt's\n"
-                            "shims (MPI_Send/MPI_Recv; the method SHUNT_PACK picks). Exits 77 without a device.\n",
-                            trials);
+                std::printf(
+                    "usage: mpirun -n 2 bench-gpu-pingpong [--quick]\n"
+                    "Round-trip time (us, best of %d trials) of 2-D and 3-D device objects by one-shot (pack\n"
+                    "into mapped pinned memory), staged (pack on the device, copy to pinned memory), device\n"
+                    "(pack on the device, device pointer to MPI; CUDA-aware MPI only) and through shunt's\n"
+                    "shims (MPI_Send/MPI_Recv; the method SHUNT_PACK picks). Exits 77 without a device.\n",
+                    trials);
             MPI_Finalize();
             return 0;
         } else {
@@ -164,15 +168,17 @@ int main(int argc, char** argv) {
                  }},
                 {[&] {  // staged
                      shunt::gpu::pack(form, typed, scratch, nullptr);
-                     need(cudaMemcpyAsync(pinned, scratch, static_cast<std::size_t>(n), cudaMemcpyDeviceToHost, nullptr),
-                          "cudaMemcpyAsync");
+                     need(
+                         cudaMemcpyAsync(pinned, scratch, static_cast<std::size_t>(n), cudaMemcpyDeviceToHost, nullptr),
+                         "cudaMemcpyAsync");
                      sync();
                      need_mpi(PMPI_Send(pinned, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD), "PMPI_Send");
                  },
                  [&] {
                      need_mpi(PMPI_Recv(pinned, n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "PMPI_Recv");
-                     need(cudaMemcpyAsync(scratch, pinned, static_cast<std::size_t>(n), cudaMemcpyHostToDevice, nullptr),
-                          "cudaMemcpyAsync");
+                     need(
+                         cudaMemcpyAsync(scratch, pinned, static_cast<std::size_t>(n), cudaMemcpyHostToDevice, nullptr),
+                         "cudaMemcpyAsync");
                      shunt::gpu::unpack(form, scratch, typed, nullptr);
                      sync();
                  }},

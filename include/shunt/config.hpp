@@ -27,8 +27,7 @@ enum class log_level : std::uint8_t { off, error, warn, info, debug, trace };
 /// one enumerator here and its name in log_category_names, at the same position.
 enum class log_category : std::uint8_t { config, init, type, pack, decide, report };
 
-inline constexpr std::array<std::string_view, 6> log_level_names = {"off", "error", "warn", "info", "debug",
-                                                                    "trace"};
+inline constexpr std::array<std::string_view, 6> log_level_names = {"off", "error", "warn", "info", "debug", "trace"};
 inline constexpr std::array<std::string_view, 6> log_category_names = {"config", "init",   "type",
                                                                        "pack",   "decide", "report"};
 inline constexpr std::size_t log_category_count = log_category_names.size();
@@ -284,37 +283,37 @@ using coll_kind = choice_kind<coll_choice>;
 /// The registry: X(field, "SHUNT_NAME", kind, "default text", "one line of documentation").
 /// Adding a variable is one entry here; it then appears in shunt::settings, shunt-info --config,
 /// the strict parser and the unknown-variable check.
-#define SHUNT_CONFIG_VARIABLES(X)                                                                       \
-    X(disable, "SHUNT_DISABLE", ::shunt::detail::flag_kind, "0",                                        \
-      "1 makes shunt a pure pass-through: every intercepted call goes straight to the MPI library")     \
-    X(log, "SHUNT_LOG", ::shunt::detail::log_kind, "warn",                                              \
-      "what shunt writes to stderr: a level (e.g. info), LEVEL:CATEGORIES (e.g. debug:type,pack), "     \
-      "or CATEGORIES alone at level debug (e.g. decide)")                                               \
-    X(log_file, "SHUNT_LOG_FILE", ::shunt::detail::text_kind, "",                                       \
-      "append shunt's messages (log, warnings, report) to this file instead of stderr")                 \
-    X(report, "SHUNT_REPORT", ::shunt::detail::report_kind, "off",                                      \
+#define SHUNT_CONFIG_VARIABLES(X)                                                                        \
+    X(disable, "SHUNT_DISABLE", ::shunt::detail::flag_kind, "0",                                         \
+      "1 makes shunt a pure pass-through: every intercepted call goes straight to the MPI library")      \
+    X(log, "SHUNT_LOG", ::shunt::detail::log_kind, "warn",                                               \
+      "what shunt writes to stderr: a level (e.g. info), LEVEL:CATEGORIES (e.g. debug:type,pack), "      \
+      "or CATEGORIES alone at level debug (e.g. decide)")                                                \
+    X(log_file, "SHUNT_LOG_FILE", ::shunt::detail::text_kind, "",                                        \
+      "append shunt's messages (log, warnings, report) to this file instead of stderr")                  \
+    X(report, "SHUNT_REPORT", ::shunt::detail::report_kind, "off",                                       \
       "at MPI_Finalize print shunt's counters: rank = one line per rank, summary = one table by rank 0") \
-    X(pack, "SHUNT_PACK", ::shunt::detail::pack_kind, "auto",                                           \
-      "who packs non-contiguous data in MPI_Pack/MPI_Unpack and point-to-point calls: auto = the cost " \
-      "model decides per call (MPI_Pack/MPI_Unpack measuring both packers on the first calls of each "  \
-      "layout), model = auto without that measuring, library = always the MPI library, host = "        \
-      "shunt's host packer whenever the type is supported; device, one-shot, staged = that method for " \
-      "device buffers (pack on the device for a CUDA-aware MPI, pack into mapped pinned memory, pack "  \
-      "then copy to pinned memory)")                                                                    \
-    X(cuda_aware, "SHUNT_CUDA_AWARE", ::shunt::detail::flag_kind, "0",                                  \
-      "1: the MPI library accepts device pointers (overrides MPIX_Query_cuda_support where the MPI "    \
-      "has it); 0 and unset without that query: device buffers are staged through host memory")        \
-    X(coll, "SHUNT_COLL", ::shunt::detail::coll_kind, "auto",                                           \
+    X(pack, "SHUNT_PACK", ::shunt::detail::pack_kind, "auto",                                            \
+      "who packs non-contiguous data in MPI_Pack/MPI_Unpack and point-to-point calls: auto = the cost "  \
+      "model decides per call (MPI_Pack/MPI_Unpack measuring both packers on the first calls of each "   \
+      "layout), model = auto without that measuring, library = always the MPI library, host = "          \
+      "shunt's host packer whenever the type is supported; device, one-shot, staged = that method for "  \
+      "device buffers (pack on the device for a CUDA-aware MPI, pack into mapped pinned memory, pack "   \
+      "then copy to pinned memory)")                                                                     \
+    X(cuda_aware, "SHUNT_CUDA_AWARE", ::shunt::detail::flag_kind, "0",                                   \
+      "1: the MPI library accepts device pointers (overrides MPIX_Query_cuda_support where the MPI "     \
+      "has it); 0 and unset without that query: device buffers are staged through host memory")          \
+    X(coll, "SHUNT_COLL", ::shunt::detail::coll_kind, "auto",                                            \
       "who runs MPI_Allreduce, _Reduce, _Reduce_scatter(_block), _Allgather(v), _Bcast and _Alltoall: "  \
-      "auto = the cost model decides per operation and size (measuring both on first use, except "     \
-      "floating-point reductions, decided from the model alone so that their bits are the same in "    \
-      "every run), measure = auto measuring floating-point reductions too, library = always the MPI "  \
+      "auto = the cost model decides per operation and size (measuring both on first use, except "       \
+      "floating-point reductions, decided from the model alone so that their bits are the same in "      \
+      "every run), measure = auto measuring floating-point reductions too, library = always the MPI "    \
       "library, shunt = shunt's hierarchical schedule wherever it applies")                              \
-    X(model, "SHUNT_MODEL", ::shunt::detail::text_kind, "",                                             \
+    X(model, "SHUNT_MODEL", ::shunt::detail::text_kind, "",                                              \
       "the cost model file written by shunt-measure (unset: $XDG_CACHE_HOME/shunt/model-HOST-MPI.json, " \
-      "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                            \
-    X(topology, "SHUNT_TOPOLOGY", ::shunt::detail::text_kind, "",                                       \
-      "a virtual topology that overrides the discovered levels (testing on one machine); "              \
+      "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                    \
+    X(topology, "SHUNT_TOPOLOGY", ::shunt::detail::text_kind, "",                                        \
+      "a virtual topology that overrides the discovered levels (testing on one machine); "               \
       "its syntax is checked where it is used (see shunt/topology/spec.hpp)")
 
 namespace shunt {
@@ -332,7 +331,8 @@ typename Kind::value_type parse_default(std::string_view text) {
 
 /// The effective value of every SHUNT_* variable.
 struct settings {
-#define SHUNT_CONFIG_FIELD_(field, name, kind, def, doc) kind::value_type field = ::shunt::detail::parse_default<kind>(def);
+#define SHUNT_CONFIG_FIELD_(field, name, kind, def, doc) \
+    kind::value_type field = ::shunt::detail::parse_default<kind>(def);
     SHUNT_CONFIG_VARIABLES(SHUNT_CONFIG_FIELD_)
 #undef SHUNT_CONFIG_FIELD_
 };
@@ -345,14 +345,18 @@ struct config_variable {
     std::string_view doc;
     std::string (*accepted)();
     bool (*parse_into)(std::string_view text, settings& into);  ///< false, `into` untouched, on bad text
-    std::string (*format)(const settings& from);                 ///< the effective value as text
+    std::string (*format)(const settings& from);  ///< the effective value as text
 };
 
 /// Every SHUNT_* variable, in declaration order.
 inline constexpr config_variable config_variables[] = {
-#define SHUNT_CONFIG_ENTRY_(field, name, kind, def, doc)                                                  \
-    config_variable{name, kind::type_name, def, doc, &kind::accepted,                                     \
-                    [](std::string_view t, settings& s) { return kind::parse(t, s.field); },              \
+#define SHUNT_CONFIG_ENTRY_(field, name, kind, def, doc)                                     \
+    config_variable{name,                                                                    \
+                    kind::type_name,                                                         \
+                    def,                                                                     \
+                    doc,                                                                     \
+                    &kind::accepted,                                                         \
+                    [](std::string_view t, settings& s) { return kind::parse(t, s.field); }, \
                     [](const settings& s) { return kind::format(s.field); }},
     SHUNT_CONFIG_VARIABLES(SHUNT_CONFIG_ENTRY_)
 #undef SHUNT_CONFIG_ENTRY_
@@ -361,9 +365,9 @@ inline constexpr std::size_t config_variable_count = std::size(config_variables)
 
 /// The configuration read from one environment.
 struct config_snapshot {
-    settings values;                                                   ///< effective values
+    settings values;  ///< effective values
     std::array<std::optional<std::string>, config_variable_count> raw;  ///< text seen, per variable
-    std::array<bool, config_variable_count> rejected{};                 ///< bad text: default used
+    std::array<bool, config_variable_count> rejected{};  ///< bad text: default used
     std::vector<std::string> warnings;  ///< one line per bad or unknown variable, no prefix
 };
 

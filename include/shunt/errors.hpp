@@ -58,8 +58,8 @@ namespace detail {
 }  // namespace shunt
 
 /// Checks the return code of an MPI call made by shunt; throws shunt::mpi_error on failure.
-#define SHUNT_CHECK_MPI(call)                                                                   \
-    do {                                                                                        \
-        int shunt_rc_ = (call);                                                                 \
+#define SHUNT_CHECK_MPI(call)                                                                           \
+    do {                                                                                                \
+        int shunt_rc_ = (call);                                                                         \
         if (shunt_rc_ != MPI_SUCCESS) ::shunt::detail::throw_mpi(shunt_rc_, #call, __FILE__, __LINE__); \
     } while (0)

@@ -27,7 +27,7 @@ namespace detail {
 /// Process-wide logging state. Never calls MPI: the runtime hands over the rank.
 struct log_globals {
     std::atomic<int> rank{-1};  ///< world rank, -1 until known
-    std::atomic<int> fd{-1};    ///< where messages go, -1 until first use
+    std::atomic<int> fd{-1};  ///< where messages go, -1 until first use
     std::atomic<bool> config_warned{false};
     std::atomic<bool> config_echoed{false};
 };
@@ -100,12 +100,11 @@ inline int log_fd() noexcept {
     }
     if (failure != nullptr) {
         try {
-            const std::string text = format_log_text(
-                g.rank.load(std::memory_order_relaxed), log_level::warn, log_category::config,
-                "cannot open SHUNT_LOG_FILE=" + path + " (" + failure + "); logging to stderr");
+            const std::string text =
+                format_log_text(g.rank.load(std::memory_order_relaxed), log_level::warn, log_category::config,
+                                "cannot open SHUNT_LOG_FILE=" + path + " (" + failure + "); logging to stderr");
             write_fully(STDERR_FILENO, text.data(), text.size());
-        } catch (...) {
-        }
+        } catch (...) {}
     }
     return fd;
 }
@@ -127,7 +126,8 @@ inline void vlog_write(log_level level, log_category category, const char* forma
             std::vsnprintf(message.data(), message.size(), format, args);
             message.pop_back();
         }
-        const std::string text = format_log_text(log_state().rank.load(std::memory_order_relaxed), level, category, message);
+        const std::string text =
+            format_log_text(log_state().rank.load(std::memory_order_relaxed), level, category, message);
         write_fully(log_fd(), text.data(), text.size());
     } catch (...) {
         // Out of memory while logging: the message is dropped, the program goes on.
@@ -167,14 +167,14 @@ inline void log_printf(log_level level, log_category category, const char* forma
     va_end(args);
 }
 
-#define SHUNT_LOG_AT_LEVEL_(fn, level)                                                     \
+#define SHUNT_LOG_AT_LEVEL_(fn, level)                                                               \
     inline void fn(log_category category, const char* format, ...) noexcept SHUNT_PRINTF_LIKE(2, 3); \
-    inline void fn(log_category category, const char* format, ...) noexcept {             \
-        if (!log_enabled(level, category)) return;                                         \
-        va_list args;                                                                      \
-        va_start(args, format);                                                            \
-        detail::vlog_write(level, category, format, args);                                 \
-        va_end(args);                                                                      \
+    inline void fn(log_category category, const char* format, ...) noexcept {                        \
+        if (!log_enabled(level, category)) return;                                                   \
+        va_list args;                                                                                \
+        va_start(args, format);                                                                      \
+        detail::vlog_write(level, category, format, args);                                           \
+        va_end(args);                                                                                \
     }
 /// log_printf at a fixed level: log_error(category, format, ...), log_warn, log_info, log_debug, log_trace.
 SHUNT_LOG_AT_LEVEL_(log_error, log_level::error)
@@ -200,8 +200,7 @@ inline void log_config_warnings() noexcept {
     try {
         for (const std::string& w : config_state().warnings)
             detail::log_write(log_level::warn, log_category::config, "%s", w.c_str());
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 /// When logging is on (SHUNT_LOG above warn anywhere), writes the effective value of every
@@ -224,11 +223,12 @@ inline void log_config_echo() noexcept {
                 text += '=';
                 text += value;
             }
-            text += !c.raw[i] || c.raw[i]->empty() ? " (default)" : c.rejected[i] ? " (default: the value set was rejected)" : " (set)";
+            text += !c.raw[i] || c.raw[i]->empty() ? " (default)"
+                    : c.rejected[i]                ? " (default: the value set was rejected)"
+                                                   : " (set)";
         }
         detail::log_write(log_level::info, log_category::config, "%s", text.c_str());
-    } catch (...) {
-    }
+    } catch (...) {}
 }
 
 }  // namespace shunt

@@ -15,16 +15,16 @@ namespace shunt::gpu::detail {
 [[noreturn]] inline void throw_cuda(cudaError_t rc, const char* call, const char* file, int line) {
     (void)cudaGetLastError();
     char text[512];
-    std::snprintf(text, sizeof text, "%s failed at %s:%d: %s (%s, code %d)", call, file, line,
-                  cudaGetErrorString(rc), cudaGetErrorName(rc), static_cast<int>(rc));
+    std::snprintf(text, sizeof text, "%s failed at %s:%d: %s (%s, code %d)", call, file, line, cudaGetErrorString(rc),
+                  cudaGetErrorName(rc), static_cast<int>(rc));
     throw cuda_error(static_cast<int>(rc), text);
 }
 
 }  // namespace shunt::gpu::detail
 
 /// Checks a CUDA runtime call made by shunt; throws shunt::gpu::cuda_error on failure.
-#define SHUNT_CUDA(call)                                                                   \
-    do {                                                                                   \
-        if (const cudaError_t shunt_cuda_rc_ = (call); shunt_cuda_rc_ != cudaSuccess)      \
-            ::shunt::gpu::detail::throw_cuda(shunt_cuda_rc_, #call, __FILE__, __LINE__);   \
+#define SHUNT_CUDA(call)                                                                 \
+    do {                                                                                 \
+        if (const cudaError_t shunt_cuda_rc_ = (call); shunt_cuda_rc_ != cudaSuccess)    \
+            ::shunt::gpu::detail::throw_cuda(shunt_cuda_rc_, #call, __FILE__, __LINE__); \
     } while (0)

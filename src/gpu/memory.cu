@@ -93,7 +93,8 @@ memory_kind classify(const void* p) noexcept {
                 const range r = std::prev(it)->second;
                 lock.unlock();
                 unsigned long long id = 0;
-                if (drv.attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, static_cast<CUdeviceptr>(addr)) == CUDA_SUCCESS &&
+                if (drv.attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, static_cast<CUdeviceptr>(addr)) ==
+                        CUDA_SUCCESS &&
                     id == r.buffer_id)
                     return r.kind;
                 // Freed (the query fails) or replaced (another id): the range is stale.
@@ -168,7 +169,8 @@ std::string current_device_name() noexcept {
     try {
         int dev = 0;
         cudaDeviceProp prop{};
-        if (!device_available() || cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+        if (!device_available() || cudaGetDevice(&dev) != cudaSuccess ||
+            cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
             (void)cudaGetLastError();
             return "none";
         }
@@ -197,7 +199,7 @@ void device_free(void* p) noexcept { (void)cudaFree(p); }
 
 void* pinned_alloc(std::size_t n) {
     if (!device_available()) {  // host staging still works: plain memory
-        void* p = ::operator new(n, std::align_val_t{256});
+        void* p = ::operator new (n, std::align_val_t{256});
         return p;
     }
     void* p = nullptr;
@@ -206,7 +208,7 @@ void* pinned_alloc(std::size_t n) {
 }
 void pinned_free(void* p) noexcept {
     if (!device_available())
-        ::operator delete(p, std::align_val_t{256});
+        ::operator delete (p, std::align_val_t{256});
     else
         (void)cudaFreeHost(p);
 }

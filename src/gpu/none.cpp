@@ -14,8 +14,8 @@ namespace {
 
 [[noreturn]] void no_device() { throw unsupported("shunt was built without CUDA: no device support"); }
 
-void* host_alloc(std::size_t n) { return ::operator new(n, std::align_val_t{256}); }
-void host_free(void* p) noexcept { ::operator delete(p, std::align_val_t{256}); }
+void* host_alloc(std::size_t n) { return ::operator new (n, std::align_val_t{256}); }
+void host_free(void* p) noexcept { ::operator delete (p, std::align_val_t{256}); }
 void* device_alloc(std::size_t) { no_device(); }
 
 using pool_t = detail::block_pool<void* (*)(std::size_t), void (*)(void*) noexcept>;

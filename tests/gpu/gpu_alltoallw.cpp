@@ -37,7 +37,8 @@ side layout(int p, const std::vector<MPI_Datatype>& types, const std::vector<int
         s.adispls.push_back(static_cast<MPI_Aint>(at));
         at += static_cast<std::size_t>(counts[static_cast<std::size_t>(j)] > 0
                                            ? (counts[static_cast<std::size_t>(j)] - 1) * extent + tlb + textent
-                                           : 0) + 40;
+                                           : 0) +
+              40;
     }
     s.bytes = at + 64;
     return s;
@@ -79,7 +80,8 @@ int main(int argc, char** argv) {
 
     for (int big = 0; big < 2; ++big) {  // below and above one-shot's 64 KiB of packed bytes
         std::vector<int> counts(static_cast<std::size_t>(size_));
-        for (int j = 0; j < size_; ++j) counts[static_cast<std::size_t>(j)] = big ? 200 : (j + gpu_test::rank) % 3;  // some 0
+        for (int j = 0; j < size_; ++j)
+            counts[static_cast<std::size_t>(j)] = big ? 200 : (j + gpu_test::rank) % 3;  // some 0
         // What i sends j is counts_i[j] = (i + j) % 3: symmetric, as MPI_IN_PLACE needs.
         const side s = layout(size_, pool, counts, gpu_test::rank);
         const side r = layout(size_, pool, counts, gpu_test::rank + 2);
@@ -88,17 +90,18 @@ int main(int argc, char** argv) {
             char what[96];
             std::snprintf(what, sizeof what, "MPI_Alltoallw %s, way %d", big ? "large" : "small", way);
             const side& snd = in_place ? r : s;
-            compare(what, snd, r, sdev, rdev, in_place,
-                    [&](const void* sb, void* rb) {
-                        check_mpi(MPI_Alltoallw(sb, snd.counts.data(), snd.idispls.data(), snd.types.data(), rb,
-                                                r.counts.data(), r.idispls.data(), r.types.data(), MPI_COMM_WORLD),
-                                  "MPI_Alltoallw");
-                    },
-                    [&](const void* sb, void* rb) {
-                        check_mpi(PMPI_Alltoallw(sb, snd.counts.data(), snd.idispls.data(), snd.types.data(), rb,
-                                                 r.counts.data(), r.idispls.data(), r.types.data(), MPI_COMM_WORLD),
-                                  "PMPI_Alltoallw");
-                    });
+            compare(
+                what, snd, r, sdev, rdev, in_place,
+                [&](const void* sb, void* rb) {
+                    check_mpi(MPI_Alltoallw(sb, snd.counts.data(), snd.idispls.data(), snd.types.data(), rb,
+                                            r.counts.data(), r.idispls.data(), r.types.data(), MPI_COMM_WORLD),
+                              "MPI_Alltoallw");
+                },
+                [&](const void* sb, void* rb) {
+                    check_mpi(PMPI_Alltoallw(sb, snd.counts.data(), snd.idispls.data(), snd.types.data(), rb,
+                                             r.counts.data(), r.idispls.data(), r.types.data(), MPI_COMM_WORLD),
+                              "PMPI_Alltoallw");
+                });
         }
     }
 
@@ -108,22 +111,24 @@ int main(int argc, char** argv) {
         check_mpi(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring), "MPI_Cart_create");
         const std::vector<int> counts = {3, 3};
         const side s = layout(2, pool, counts, 1), r = layout(2, pool, counts, 3);
-        compare(periodic ? "MPI_Neighbor_alltoallw, periodic ring" : "MPI_Neighbor_alltoallw, open ring", s, r, true,
-                true, false,
-                [&](const void* sb, void* rb) {
-                    check_mpi(MPI_Neighbor_alltoallw(sb, s.counts.data(), s.adispls.data(), s.types.data(), rb,
-                                                     r.counts.data(), r.adispls.data(), r.types.data(), ring),
-                              "MPI_Neighbor_alltoallw");
-                },
-                [&](const void* sb, void* rb) {
-                    check_mpi(PMPI_Neighbor_alltoallw(sb, s.counts.data(), s.adispls.data(), s.types.data(), rb,
-                                                      r.counts.data(), r.adispls.data(), r.types.data(), ring),
-                              "PMPI_Neighbor_alltoallw");
-                });
+        compare(
+            periodic ? "MPI_Neighbor_alltoallw, periodic ring" : "MPI_Neighbor_alltoallw, open ring", s, r, true, true,
+            false,
+            [&](const void* sb, void* rb) {
+                check_mpi(MPI_Neighbor_alltoallw(sb, s.counts.data(), s.adispls.data(), s.types.data(), rb,
+                                                 r.counts.data(), r.adispls.data(), r.types.data(), ring),
+                          "MPI_Neighbor_alltoallw");
+            },
+            [&](const void* sb, void* rb) {
+                check_mpi(PMPI_Neighbor_alltoallw(sb, s.counts.data(), s.adispls.data(), s.types.data(), rb,
+                                                  r.counts.data(), r.adispls.data(), r.types.data(), ring),
+                          "PMPI_Neighbor_alltoallw");
+            });
         MPI_Comm_free(&ring);
     }
 
-    if (gpu_test::rank == 0) std::printf("gpu_alltoallw: %d calls, device equal to the library on host\n", gpu_test::checked);
+    if (gpu_test::rank == 0)
+        std::printf("gpu_alltoallw: %d calls, device equal to the library on host\n", gpu_test::checked);
     for (MPI_Datatype* t : {&col, &face, &idx, &wide, &flat}) MPI_Type_free(t);
     MPI_Finalize();
     return 0;

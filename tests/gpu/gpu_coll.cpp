@@ -69,71 +69,102 @@ int main(int argc, char** argv) {
                 std::snprintf(what, sizeof what, "%s of %d elements, way %d", op, n, way);
                 return what;
             };
-            compare(name("MPI_Allreduce"), un * word, un * word, sdev, rdev, in_place,
-                    [&](const void* s, void* r) { check_mpi(MPI_Allreduce(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "MPI_Allreduce"); },
-                    [&](const void* s, void* r) { check_mpi(PMPI_Allreduce(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "PMPI_Allreduce"); });
+            compare(
+                name("MPI_Allreduce"), un * word, un * word, sdev, rdev, in_place,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Allreduce(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "MPI_Allreduce");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Allreduce(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "PMPI_Allreduce");
+                });
             // In place only at the root; the other ranks send from a buffer of their own.
             const int root = 1 % size;
-            compare(name("MPI_Reduce"), un * word, un * word, sdev, rdev, in_place && me == root,
-                    [&](const void* s, void* r) { check_mpi(MPI_Reduce(s, r, n, MPI_UNSIGNED, MPI_MAX, root, comm), "MPI_Reduce"); },
-                    [&](const void* s, void* r) { check_mpi(PMPI_Reduce(s, r, n, MPI_UNSIGNED, MPI_MAX, root, comm), "PMPI_Reduce"); });
-            compare(name("MPI_Reduce_scatter_block"), n_ranks * un * word, (in_place ? n_ranks : 1) * un * word, sdev, rdev,
-                    in_place,
-                    [&](const void* s, void* r) {
-                        check_mpi(MPI_Reduce_scatter_block(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "MPI_Reduce_scatter_block");
-                    },
-                    [&](const void* s, void* r) {
-                        check_mpi(PMPI_Reduce_scatter_block(s, r, n, MPI_UNSIGNED, MPI_SUM, comm), "PMPI_Reduce_scatter_block");
-                    },
-                    un * word);  // in place, the input past the block may stay as it was
-            compare(name("MPI_Reduce_scatter"), total * word,
-                    (in_place ? total : static_cast<std::size_t>(parts[static_cast<std::size_t>(me)])) * word, sdev, rdev, in_place,
-                    [&](const void* s, void* r) {
-                        check_mpi(MPI_Reduce_scatter(s, r, parts.data(), MPI_UNSIGNED, MPI_BXOR, comm), "MPI_Reduce_scatter");
-                    },
-                    [&](const void* s, void* r) {
-                        check_mpi(PMPI_Reduce_scatter(s, r, parts.data(), MPI_UNSIGNED, MPI_BXOR, comm), "PMPI_Reduce_scatter");
-                    },
-                    static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]) * word);
+            compare(
+                name("MPI_Reduce"), un * word, un * word, sdev, rdev, in_place && me == root,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Reduce(s, r, n, MPI_UNSIGNED, MPI_MAX, root, comm), "MPI_Reduce");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Reduce(s, r, n, MPI_UNSIGNED, MPI_MAX, root, comm), "PMPI_Reduce");
+                });
+            compare(
+                name("MPI_Reduce_scatter_block"), n_ranks * un * word, (in_place ? n_ranks : 1) * un * word, sdev, rdev,
+                in_place,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Reduce_scatter_block(s, r, n, MPI_UNSIGNED, MPI_SUM, comm),
+                              "MPI_Reduce_scatter_block");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Reduce_scatter_block(s, r, n, MPI_UNSIGNED, MPI_SUM, comm),
+                              "PMPI_Reduce_scatter_block");
+                },
+                un * word);  // in place, the input past the block may stay as it was
+            compare(
+                name("MPI_Reduce_scatter"), total * word,
+                (in_place ? total : static_cast<std::size_t>(parts[static_cast<std::size_t>(me)])) * word, sdev, rdev,
+                in_place,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Reduce_scatter(s, r, parts.data(), MPI_UNSIGNED, MPI_BXOR, comm),
+                              "MPI_Reduce_scatter");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Reduce_scatter(s, r, parts.data(), MPI_UNSIGNED, MPI_BXOR, comm),
+                              "PMPI_Reduce_scatter");
+                },
+                static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]) * word);
             // n contiguous words from each rank into the gapped layout (the gaps must stay as they were).
-            compare(name("MPI_Allgather"), un * word, n_ranks * 2 * un * word, sdev, rdev, in_place,
-                    [&](const void* s, void* r) { check_mpi(MPI_Allgather(s, n, MPI_UNSIGNED, r, 1, gapped, comm), "MPI_Allgather"); },
-                    [&](const void* s, void* r) { check_mpi(PMPI_Allgather(s, n, MPI_UNSIGNED, r, 1, gapped, comm), "PMPI_Allgather"); });
-            compare(name("MPI_Allgatherv"), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]) * word, gv_bytes, sdev, rdev,
-                    in_place,
-                    [&](const void* s, void* r) {
-                        check_mpi(MPI_Allgatherv(s, parts[static_cast<std::size_t>(me)], MPI_UNSIGNED, r, parts.data(),
-                                                 displs.data(), MPI_UNSIGNED, comm),
-                                  "MPI_Allgatherv");
-                    },
-                    [&](const void* s, void* r) {
-                        check_mpi(PMPI_Allgatherv(s, parts[static_cast<std::size_t>(me)], MPI_UNSIGNED, r, parts.data(),
-                                                  displs.data(), MPI_UNSIGNED, comm),
-                                  "PMPI_Allgatherv");
-                    });
-            compare(name("MPI_Alltoall"), n_ranks * un * word, n_ranks * un * word, sdev, rdev, in_place,
-                    [&](const void* s, void* r) { check_mpi(MPI_Alltoall(s, n, MPI_UNSIGNED, r, n, MPI_UNSIGNED, comm), "MPI_Alltoall"); },
-                    [&](const void* s, void* r) { check_mpi(PMPI_Alltoall(s, n, MPI_UNSIGNED, r, n, MPI_UNSIGNED, comm), "PMPI_Alltoall"); });
-            compare(name("MPI_Alltoallv"), v_bytes, v_bytes, sdev, rdev, in_place,
-                    [&](const void* s, void* r) {
-                        check_mpi(MPI_Alltoallv(s, vcounts.data(), vdispls.data(), MPI_UNSIGNED, r, vcounts.data(),
-                                                vdispls.data(), MPI_UNSIGNED, comm),
-                                  "MPI_Alltoallv");
-                    },
-                    [&](const void* s, void* r) {
-                        check_mpi(PMPI_Alltoallv(s, vcounts.data(), vdispls.data(), MPI_UNSIGNED, r, vcounts.data(),
-                                                 vdispls.data(), MPI_UNSIGNED, comm),
-                                  "PMPI_Alltoallv");
-                    });
+            compare(
+                name("MPI_Allgather"), un * word, n_ranks * 2 * un * word, sdev, rdev, in_place,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Allgather(s, n, MPI_UNSIGNED, r, 1, gapped, comm), "MPI_Allgather");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Allgather(s, n, MPI_UNSIGNED, r, 1, gapped, comm), "PMPI_Allgather");
+                });
+            compare(
+                name("MPI_Allgatherv"), static_cast<std::size_t>(parts[static_cast<std::size_t>(me)]) * word, gv_bytes,
+                sdev, rdev, in_place,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Allgatherv(s, parts[static_cast<std::size_t>(me)], MPI_UNSIGNED, r, parts.data(),
+                                             displs.data(), MPI_UNSIGNED, comm),
+                              "MPI_Allgatherv");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Allgatherv(s, parts[static_cast<std::size_t>(me)], MPI_UNSIGNED, r, parts.data(),
+                                              displs.data(), MPI_UNSIGNED, comm),
+                              "PMPI_Allgatherv");
+                });
+            compare(
+                name("MPI_Alltoall"), n_ranks * un * word, n_ranks * un * word, sdev, rdev, in_place,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Alltoall(s, n, MPI_UNSIGNED, r, n, MPI_UNSIGNED, comm), "MPI_Alltoall");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Alltoall(s, n, MPI_UNSIGNED, r, n, MPI_UNSIGNED, comm), "PMPI_Alltoall");
+                });
+            compare(
+                name("MPI_Alltoallv"), v_bytes, v_bytes, sdev, rdev, in_place,
+                [&](const void* s, void* r) {
+                    check_mpi(MPI_Alltoallv(s, vcounts.data(), vdispls.data(), MPI_UNSIGNED, r, vcounts.data(),
+                                            vdispls.data(), MPI_UNSIGNED, comm),
+                              "MPI_Alltoallv");
+                },
+                [&](const void* s, void* r) {
+                    check_mpi(PMPI_Alltoallv(s, vcounts.data(), vdispls.data(), MPI_UNSIGNED, r, vcounts.data(),
+                                             vdispls.data(), MPI_UNSIGNED, comm),
+                              "PMPI_Alltoallv");
+                });
             // One buffer: the root's goes out, the others' come in (two gapped elements).
             if (way == 0 || way == 2)
-                compare(name("MPI_Bcast"), 0, 2 * 2 * un * word, false, rdev, true,
-                        [&](const void*, void* b) { check_mpi(MPI_Bcast(b, 2, gapped, 0, comm), "MPI_Bcast"); },
-                        [&](const void*, void* b) { check_mpi(PMPI_Bcast(b, 2, gapped, 0, comm), "PMPI_Bcast"); });
+                compare(
+                    name("MPI_Bcast"), 0, 2 * 2 * un * word, false, rdev, true,
+                    [&](const void*, void* b) { check_mpi(MPI_Bcast(b, 2, gapped, 0, comm), "MPI_Bcast"); },
+                    [&](const void*, void* b) { check_mpi(PMPI_Bcast(b, 2, gapped, 0, comm), "PMPI_Bcast"); });
         }
         MPI_Type_free(&gapped);
     }
-    if (me == 0) std::printf("gpu_coll: %d calls at %d ranks, device equal to the library on host\n", gpu_test::checked, size);
+    if (me == 0)
+        std::printf("gpu_coll: %d calls at %d ranks, device equal to the library on host\n", gpu_test::checked, size);
     MPI_Finalize();
     return 0;
 }

@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
     const int bl[3] = {3, 1, 5}, dp[3] = {0, 7, 11};
     check_mpi(MPI_Type_indexed(3, bl, dp, MPI_FLOAT, &idx), "indexed");
     for (MPI_Datatype* t : {&col, &face, &slab, &idx}) check_mpi(MPI_Type_commit(t), "commit");
-    const test_type types[] = {{"2-D column", col, 1}, {"3-D face", face, 1}, {"3-D slab", slab, 1}, {"indexed", idx, 40}};
+    const test_type types[] = {
+        {"2-D column", col, 1}, {"3-D face", face, 1}, {"3-D slab", slab, 1}, {"indexed", idx, 40}};
 
     int checked = 0;
     for (const auto& t : types)
@@ -148,7 +149,8 @@ int main(int argc, char** argv) {
             const auto host = exchange(t, way, false);
             const auto dev = exchange(t, way, true);
             if ((gpu_test::rank == 1 || way == 2) && std::memcmp(host.data(), dev.data(), host.size()) != 0) {
-                std::fprintf(stderr, "gpu_p2p rank %d: %s way %d: device result differs from host\n", gpu_test::rank, t.name, way);
+                std::fprintf(stderr, "gpu_p2p rank %d: %s way %d: device result differs from host\n", gpu_test::rank,
+                             t.name, way);
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
             ++checked;

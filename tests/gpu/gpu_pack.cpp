@@ -94,9 +94,7 @@ private:
         need(cudaMemcpyAsync(dev, src, static_cast<std::size_t>(n), cudaMemcpyHostToDevice, s_), "cudaMemcpyAsync");
         sync();
     }
-    void set(void* dev, int value, std::size_t n) {
-        need(cudaMemsetAsync(dev, value, n, s_), "cudaMemsetAsync");
-    }
+    void set(void* dev, int value, std::size_t n) { need(cudaMemsetAsync(dev, value, n, s_), "cudaMemsetAsync"); }
     std::vector<unsigned char> read(const unsigned char* dev, std::int64_t n) {
         std::vector<unsigned char> v(static_cast<std::size_t>(n));
         need(cudaMemcpy(v.data(), dev, v.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -124,7 +122,8 @@ private:
         const std::int64_t bytes = host.bytes();
         std::byte* dev_mem = a_.typed + shift;
         put(dev_mem, host.data(), bytes);
-        const std::uintptr_t dev_origin = reinterpret_cast<std::uintptr_t>(dev_mem) + static_cast<std::uintptr_t>(host.index_of(0));
+        const std::uintptr_t dev_origin =
+            reinterpret_cast<std::uintptr_t>(dev_mem) + static_cast<std::uintptr_t>(host.index_of(0));
         const void* origin = reinterpret_cast<const void*>(dev_origin);
 
         const shunt::gpu::flat_form f(info_.form, extent, count);
@@ -145,7 +144,8 @@ private:
             ++st_.windows;
             const std::int64_t first = r_.range(0, total), len = r_.range(0, total - first + 4);
             std::vector<unsigned char> want(static_cast<std::size_t>(total) + 16, sentinel);
-            const std::int64_t n_want = shunt::pack_host(info_.form, extent, count, host.origin(), want.data(), first, len);
+            const std::int64_t n_want =
+                shunt::pack_host(info_.form, extent, count, host.origin(), want.data(), first, len);
             set(out, sentinel, static_cast<std::size_t>(total) + 16);
             const std::int64_t n = shunt::gpu::pack(df, origin, out, s_, first, len);
             sync();
@@ -171,8 +171,8 @@ private:
             sync();
             auto second = read(a_.out2, total + 16);
             if (read(a_.out, static_cast<std::int64_t>(want.size())) != want ||
-                std::memcmp(second.data() + 3, ref.data(), static_cast<std::size_t>(total)) != 0 || second[0] != sentinel ||
-                second[static_cast<std::size_t>(total) + 3] != sentinel)
+                std::memcmp(second.data() + 3, ref.data(), static_cast<std::size_t>(total)) != 0 ||
+                second[0] != sentinel || second[static_cast<std::size_t>(total) + 3] != sentinel)
                 fail("fused pack differs from pack_host" + at);
             // Now and then more items than travel in the kernel's parameters: the copied table.
             const std::int64_t many = 30;
@@ -184,7 +184,8 @@ private:
                 const auto all = read(a_.out2, many * total);
                 for (std::int64_t i = 0; i < many; ++i)
                     if (std::memcmp(all.data() + i * total, ref.data(), static_cast<std::size_t>(total)) != 0) {
-                        fail("fused pack of " + std::to_string(many) + " items differs at item " + std::to_string(i) + at);
+                        fail("fused pack of " + std::to_string(many) + " items differs at item " + std::to_string(i) +
+                             at);
                         break;
                     }
             }
@@ -200,7 +201,8 @@ private:
             const std::uint64_t before = r_.next();
             host.fill(before);
             put(dev_mem, host.data(), bytes);
-            const std::int64_t n_want = shunt::unpack_host(info_.form, extent, count, ref.data() + first, host.origin(), first, len);
+            const std::int64_t n_want =
+                shunt::unpack_host(info_.form, extent, count, ref.data() + first, host.origin(), first, len);
             const std::int64_t n = shunt::gpu::unpack(df, out + first, const_cast<void*>(origin), s_, first, len);
             sync();
             std::vector<std::byte> got(static_cast<std::size_t>(bytes));
@@ -289,13 +291,14 @@ int main(int argc, char** argv) {
         }
     }
     cudaStreamDestroy(s);
-    std::printf("gpu_pack on %s, seed %llu: %lld types (%lld MPI_BOTTOM, %lld left to the library), %lld cases "
-                "(%lld skipped), %lld windows, %lld fused launches, %lld unpacks, %lld fused unpacks: %lld failed\n",
-                prop.name, static_cast<unsigned long long>(seed), static_cast<long long>(st.types),
-                static_cast<long long>(st.bottom), static_cast<long long>(st.unsupported),
-                static_cast<long long>(st.cases), static_cast<long long>(st.skipped), static_cast<long long>(st.windows),
-                static_cast<long long>(st.fused), static_cast<long long>(st.unpacks), static_cast<long long>(st.fused_unpacks),
-                static_cast<long long>(st.failed_types));
+    std::printf(
+        "gpu_pack on %s, seed %llu: %lld types (%lld MPI_BOTTOM, %lld left to the library), %lld cases "
+        "(%lld skipped), %lld windows, %lld fused launches, %lld unpacks, %lld fused unpacks: %lld failed\n",
+        prop.name, static_cast<unsigned long long>(seed), static_cast<long long>(st.types),
+        static_cast<long long>(st.bottom), static_cast<long long>(st.unsupported), static_cast<long long>(st.cases),
+        static_cast<long long>(st.skipped), static_cast<long long>(st.windows), static_cast<long long>(st.fused),
+        static_cast<long long>(st.unpacks), static_cast<long long>(st.fused_unpacks),
+        static_cast<long long>(st.failed_types));
     MPI_Finalize();
     return st.failed_types == 0 ? 0 : 1;
 }

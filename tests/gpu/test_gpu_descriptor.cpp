@@ -52,15 +52,18 @@ TEST_CASE("five strided dimensions and a block list, count 3: every byte's offse
     CHECK(f.desc().nblocks == 3);
     const auto ref = reference_offsets(l, 250000, 3);
     REQUIRE(static_cast<std::int64_t>(ref.size()) == f.desc().total);
-    for (std::int64_t p = 0; p < f.desc().total; ++p) REQUIRE(shunt::gpu::typed_offset(f.desc(), p) == ref[static_cast<std::size_t>(p)]);
+    for (std::int64_t p = 0; p < f.desc().total; ++p)
+        REQUIRE(shunt::gpu::typed_offset(f.desc(), p) == ref[static_cast<std::size_t>(p)]);
 }
 
 TEST_CASE("offsets beyond 4 GiB, negative strides") {
     const layout l{{{3, -5 * gib}, {4, 3 * gib + 8}}, {{7 * gib, 16}}};
     const flat_form f(l, 40 * gib, 2);
     const auto ref = reference_offsets(l, 40 * gib, 2);
-    for (std::int64_t p = 0; p < f.desc().total; ++p) REQUIRE(shunt::gpu::typed_offset(f.desc(), p) == ref[static_cast<std::size_t>(p)]);
-    CHECK(shunt::gpu::typed_offset(f.desc(), f.desc().total - 1) == 40 * gib + 2 * -5 * gib + 3 * (3 * gib + 8) + 7 * gib + 15);
+    for (std::int64_t p = 0; p < f.desc().total; ++p)
+        REQUIRE(shunt::gpu::typed_offset(f.desc(), p) == ref[static_cast<std::size_t>(p)]);
+    CHECK(shunt::gpu::typed_offset(f.desc(), f.desc().total - 1) ==
+          40 * gib + 2 * -5 * gib + 3 * (3 * gib + 8) + 7 * gib + 15);
 }
 
 TEST_CASE("streams beyond 4 GiB: positions past 2^32 use the 64-bit division") {
@@ -120,7 +123,8 @@ TEST_CASE("emulated pack of a large 3-D object in every word size equals pack_ho
     shunt::pack_host(l, 40 * 48 * 64, 1, typed_words.data(), want.data());
     for (int word : {16, 8, 4, 2, 1}) {
         std::fill(got.begin(), got.end(), 0);
-        CHECK(shunt::gpu::pack_emulated(f, typed_words.data(), got.data(), 0, f.desc().total, word, 37) == f.desc().total);
+        CHECK(shunt::gpu::pack_emulated(f, typed_words.data(), got.data(), 0, f.desc().total, word, 37) ==
+              f.desc().total);
         CHECK(got == want);
     }
 }

@@ -20,15 +20,24 @@ static test_tally tally;
 static void fill_values(void* buf, MPI_Datatype type, int count, int rank, int salt) {
     for (int i = 0; i < count; ++i) {
         const int v = (i * 7 + rank * 13 + salt) % 23 - 11; /* -11 .. 11 */
-        if (type == MPI_INT) ((int*)buf)[i] = v;
-        else if (type == MPI_UNSIGNED) ((unsigned*)buf)[i] = (unsigned)(v + 11) * 2654435761u;
-        else if (type == MPI_LONG_LONG) ((long long*)buf)[i] = (long long)v << 40;
-        else if (type == MPI_SHORT) ((short*)buf)[i] = (short)(v * 3001);
-        else if (type == MPI_UNSIGNED_CHAR) ((unsigned char*)buf)[i] = (unsigned char)(v * 37);
-        else if (type == MPI_FLOAT) ((float*)buf)[i] = (float)v;
-        else if (type == MPI_DOUBLE) ((double*)buf)[i] = (double)v * 0.5;
-        else if (type == MPI_C_BOOL) ((_Bool*)buf)[i] = (v & 1) != 0;
-        else SHUNT_TEST_REQUIRE(0, "fill_values: unexpected type");
+        if (type == MPI_INT)
+            ((int*)buf)[i] = v;
+        else if (type == MPI_UNSIGNED)
+            ((unsigned*)buf)[i] = (unsigned)(v + 11) * 2654435761u;
+        else if (type == MPI_LONG_LONG)
+            ((long long*)buf)[i] = (long long)v << 40;
+        else if (type == MPI_SHORT)
+            ((short*)buf)[i] = (short)(v * 3001);
+        else if (type == MPI_UNSIGNED_CHAR)
+            ((unsigned char*)buf)[i] = (unsigned char)(v * 37);
+        else if (type == MPI_FLOAT)
+            ((float*)buf)[i] = (float)v;
+        else if (type == MPI_DOUBLE)
+            ((double*)buf)[i] = (double)v * 0.5;
+        else if (type == MPI_C_BOOL)
+            ((_Bool*)buf)[i] = (v & 1) != 0;
+        else
+            SHUNT_TEST_REQUIRE(0, "fill_values: unexpected type");
     }
 }
 
@@ -62,17 +71,25 @@ static void reductions(MPI_Comm comm, const char* cname, MPI_Op umax, MPI_Op uaf
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     const red_case cases[] = {
-        {MPI_INT, MPI_SUM, "int sum"},          {MPI_INT, MPI_PROD, "int prod"},
-        {MPI_INT, MPI_MIN, "int min"},          {MPI_INT, MPI_BXOR, "int bxor"},
-        {MPI_UNSIGNED, MPI_SUM, "unsigned sum"}, {MPI_LONG_LONG, MPI_MAX, "long long max"},
-        {MPI_LONG_LONG, MPI_SUM, "long long sum"}, {MPI_SHORT, MPI_PROD, "short prod"},
-        {MPI_UNSIGNED_CHAR, MPI_BOR, "uchar bor"}, {MPI_FLOAT, MPI_SUM, "float sum"},
-        {MPI_DOUBLE, MPI_SUM, "double sum"},    {MPI_DOUBLE, MPI_MIN, "double min"},
-        {MPI_C_BOOL, MPI_LOR, "bool lor"},      {MPI_INT, umax, "int user max"},
+        {MPI_INT, MPI_SUM, "int sum"},
+        {MPI_INT, MPI_PROD, "int prod"},
+        {MPI_INT, MPI_MIN, "int min"},
+        {MPI_INT, MPI_BXOR, "int bxor"},
+        {MPI_UNSIGNED, MPI_SUM, "unsigned sum"},
+        {MPI_LONG_LONG, MPI_MAX, "long long max"},
+        {MPI_LONG_LONG, MPI_SUM, "long long sum"},
+        {MPI_SHORT, MPI_PROD, "short prod"},
+        {MPI_UNSIGNED_CHAR, MPI_BOR, "uchar bor"},
+        {MPI_FLOAT, MPI_SUM, "float sum"},
+        {MPI_DOUBLE, MPI_SUM, "double sum"},
+        {MPI_DOUBLE, MPI_MIN, "double min"},
+        {MPI_C_BOOL, MPI_LOR, "bool lor"},
+        {MPI_INT, umax, "int user max"},
         {MPI_INT, uaffine, "int user non-commutative"},
         /* Values with the top bit set: MPICH 4.0 orders unsigned types as signed in MIN/MAX, and
          * shunt's results must still equal the library's. */
-        {MPI_UNSIGNED, MPI_MAX, "unsigned max"}, {MPI_UNSIGNED_CHAR, MPI_MIN, "uchar min"},
+        {MPI_UNSIGNED, MPI_MAX, "unsigned max"},
+        {MPI_UNSIGNED_CHAR, MPI_MIN, "uchar min"},
     };
     const int counts[] = {0, 1, 5, 1000, 40001};
     char what[200];
@@ -117,8 +134,10 @@ static void reductions(MPI_Comm comm, const char* cname, MPI_Op umax, MPI_Op uaf
                     memcpy(p.a, in, es * (size_t)n);
                     memcpy(p.b, in, es * (size_t)n);
                 }
-                SHUNT_TEST_MPI(MPI_Reduce(rank == root ? MPI_IN_PLACE : in, p.a, n, cases[c].type, cases[c].op, root, comm));
-                SHUNT_TEST_MPI(PMPI_Reduce(rank == root ? MPI_IN_PLACE : in, p.b, n, cases[c].type, cases[c].op, root, comm));
+                SHUNT_TEST_MPI(
+                    MPI_Reduce(rank == root ? MPI_IN_PLACE : in, p.a, n, cases[c].type, cases[c].op, root, comm));
+                SHUNT_TEST_MPI(
+                    PMPI_Reduce(rank == root ? MPI_IN_PLACE : in, p.b, n, cases[c].type, cases[c].op, root, comm));
                 test_pair_check(&p, what, comm, &tally);
             }
 
@@ -328,7 +347,7 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
             int *sc = (int*)malloc(sizeof(int) * (size_t)size), *sd = (int*)malloc(sizeof(int) * (size_t)size);
             int *rc = (int*)malloc(sizeof(int) * (size_t)size), *rd = (int*)malloc(sizeof(int) * (size_t)size);
             SHUNT_TEST_REQUIRE(sc && sd && rc && rd, "out of memory");
-#define A2AV_COUNT(i, j) ((((i) * 7 + (j) * 3 + n) % 5) * n / 4)
+#define A2AV_COUNT(i, j) ((((i)*7 + (j)*3 + n) % 5) * n / 4)
             int sspan = 0, rspan = 0;
             for (int j = size - 1; j >= 0; --j) {
                 sc[j] = A2AV_COUNT(rank, j);
@@ -352,7 +371,8 @@ static void data_movers(MPI_Comm comm, const char* cname, int thorough) {
             MPI_Datatype spaced;
             SHUNT_TEST_MPI(MPI_Type_create_resized(MPI_INT, 0, 2 * (MPI_Aint)sizeof(int), &spaced));
             SHUNT_TEST_MPI(MPI_Type_commit(&spaced));
-            snprintf(what, sizeof what, "%s: MPI_Alltoallv around %d ints, odd ranks send one int per 8 bytes", cname, n);
+            snprintf(what, sizeof what, "%s: MPI_Alltoallv around %d ints, odd ranks send one int per 8 bytes", cname,
+                     n);
             p = test_pair_make(sizeof(int) * (size_t)rspan + 8, 43);
             SHUNT_TEST_MPI(MPI_Alltoallv(src, sc, sd, rank % 2 ? spaced : MPI_INT, p.a, rc, rd, MPI_INT, comm));
             SHUNT_TEST_MPI(PMPI_Alltoallv(src, sc, sd, rank % 2 ? spaced : MPI_INT, p.b, rc, rd, MPI_INT, comm));
@@ -403,13 +423,18 @@ static void repeatable(MPI_Comm comm) {
         for (int op = 0; op < 3; ++op) {
             for (int call = 0; call < 12; ++call) {
                 double* got = call == 0 ? first : out;
-                if (op == 0) SHUNT_TEST_MPI(MPI_Allreduce(in, got, n, MPI_DOUBLE, MPI_SUM, comm));
-                else if (op == 1) SHUNT_TEST_MPI(MPI_Reduce_scatter_block(in, got, n, MPI_DOUBLE, MPI_SUM, comm));
-                else SHUNT_TEST_MPI(MPI_Reduce(in, got, n, MPI_DOUBLE, MPI_SUM, 0, comm));
+                if (op == 0)
+                    SHUNT_TEST_MPI(MPI_Allreduce(in, got, n, MPI_DOUBLE, MPI_SUM, comm));
+                else if (op == 1)
+                    SHUNT_TEST_MPI(MPI_Reduce_scatter_block(in, got, n, MPI_DOUBLE, MPI_SUM, comm));
+                else
+                    SHUNT_TEST_MPI(MPI_Reduce(in, got, n, MPI_DOUBLE, MPI_SUM, 0, comm));
                 if (call > 0 && (op != 2 || rank == 0))
                     SHUNT_TEST_REQUIRE(memcmp(got, first, (size_t)n * sizeof(double)) == 0,
                                        "%s of %d doubles: call %d differs from call 0 (rank %d)",
-                                       op == 0 ? "MPI_Allreduce" : op == 1 ? "MPI_Reduce_scatter_block" : "MPI_Reduce",
+                                       op == 0   ? "MPI_Allreduce"
+                                       : op == 1 ? "MPI_Reduce_scatter_block"
+                                                 : "MPI_Reduce",
                                        n, call, rank);
             }
             tally.checks += 11;
@@ -456,7 +481,8 @@ static void bottom(MPI_Comm comm) {
             const int per = rank == 0 ? 1 : n; /* elements of t per rank */
             if (which == 0) {
                 if (rank == 1 % size) memcpy(k == 0 ? p.a : p.b, send, n * sizeof(int)); /* where buf's data lies */
-                SHUNT_TEST_MPI(k == 0 ? MPI_Bcast(buf, per, t, 1 % size, comm) : PMPI_Bcast(buf, per, t, 1 % size, comm));
+                SHUNT_TEST_MPI(k == 0 ? MPI_Bcast(buf, per, t, 1 % size, comm)
+                                      : PMPI_Bcast(buf, per, t, 1 % size, comm));
             } else if (which == 1) {
                 SHUNT_TEST_MPI(k == 0 ? MPI_Allgather(send, n, MPI_INT, buf, per, t, comm)
                                       : PMPI_Allgather(send, n, MPI_INT, buf, per, t, comm));
@@ -465,8 +491,10 @@ static void bottom(MPI_Comm comm) {
                                       : PMPI_Alltoall(send, n, MPI_INT, buf, per, t, comm));
             }
         }
-        test_pair_check(&p, which == 0 ? "MPI_Bcast at MPI_BOTTOM on rank 0" : which == 1 ? "MPI_Allgather at MPI_BOTTOM on rank 0"
-                                                                                       : "MPI_Alltoall at MPI_BOTTOM on rank 0",
+        test_pair_check(&p,
+                        which == 0   ? "MPI_Bcast at MPI_BOTTOM on rank 0"
+                        : which == 1 ? "MPI_Allgather at MPI_BOTTOM on rank 0"
+                                     : "MPI_Alltoall at MPI_BOTTOM on rank 0",
                         comm, &tally);
         if (rank == 0) {
             SHUNT_TEST_MPI(MPI_Type_free(&abs_a));
@@ -493,11 +521,16 @@ static void uncommitted(MPI_Comm comm) {
     SHUNT_TEST_REQUIRE(a && b, "out of memory");
     for (int which = 0; which < 5; ++which) {
         int rc = MPI_SUCCESS, cls = -1;
-        if (which == 0) rc = MPI_Bcast(a, 4, dense, 0, errs);
-        else if (which == 1) rc = MPI_Bcast(a, 4, gappy, 0, errs);
-        else if (which == 2) rc = MPI_Allgather(a, 2, dense, b, 2, dense, errs);
-        else if (which == 3) rc = MPI_Alltoall(a, 2, dense, b, 2, dense, errs);
-        else rc = MPI_Allreduce(a, b, 2, dense, MPI_SUM, errs);
+        if (which == 0)
+            rc = MPI_Bcast(a, 4, dense, 0, errs);
+        else if (which == 1)
+            rc = MPI_Bcast(a, 4, gappy, 0, errs);
+        else if (which == 2)
+            rc = MPI_Allgather(a, 2, dense, b, 2, dense, errs);
+        else if (which == 3)
+            rc = MPI_Alltoall(a, 2, dense, b, 2, dense, errs);
+        else
+            rc = MPI_Allreduce(a, b, 2, dense, MPI_SUM, errs);
         MPI_Error_class(rc, &cls);
         tally.hash = test_hash_int(tally.hash, 100 * which + cls);
         tally.checks += 1;
@@ -595,8 +628,8 @@ int main(int argc, char** argv) {
     SHUNT_TEST_MPI(MPI_Op_free(&uaffine));
 
     char line[160];
-    snprintf(line, sizeof line, "rank %d: %ld collective results equal to the library's, %lld bytes, hash %016llx", rank,
-             tally.checks, tally.bytes, (unsigned long long)tally.hash);
+    snprintf(line, sizeof line, "rank %d: %ld collective results equal to the library's, %lld bytes, hash %016llx",
+             rank, tally.checks, tally.bytes, (unsigned long long)tally.hash);
     test_print_ranks(MPI_COMM_WORLD, line);
     MPI_Finalize();
     return 0;

@@ -291,8 +291,10 @@ int main(int argc, char** argv) {
         int sbuf[64], rbuf_a[64], rbuf_b[64];
         memset(sbuf, 1, sizeof sbuf), memset(rbuf_a, 2, sizeof rbuf_a), memset(rbuf_b, 2, sizeof rbuf_b);
         for (int j = 0; j < size; ++j) counts[j] = 1, types[j] = MPI_INT, displs[j] = 4 * j;
-        if (bad == 0) counts[size - 1] = -1;
-        else types[0] = MPI_DATATYPE_NULL;
+        if (bad == 0)
+            counts[size - 1] = -1;
+        else
+            types[0] = MPI_DATATYPE_NULL;
         const int ra = MPI_Alltoallw(sbuf, counts, displs, types, rbuf_a, counts, displs, types, errs);
         const int rb = PMPI_Alltoallw(sbuf, counts, displs, types, rbuf_b, counts, displs, types, errs);
         int ca = 0, cb = 0;

@@ -114,7 +114,8 @@ int main(int argc, char** argv) {
     free(rbuf);
 
     char line[128];
-    snprintf(line, sizeof line, "rank %d: 5 calls, rank 0 to 1 %zu bytes: %016llx", rank, big, (unsigned long long)hash);
+    snprintf(line, sizeof line, "rank %d: 5 calls, rank 0 to 1 %zu bytes: %016llx", rank, big,
+             (unsigned long long)hash);
     test_print_ranks(MPI_COMM_WORLD, line);
     MPI_Type_free(&gapped);
     MPI_Type_free(&mib);

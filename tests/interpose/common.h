@@ -14,21 +14,21 @@
 #include <string.h>
 
 /* Aborts the job with a message on stderr (the runner requires an empty stderr). */
-#define SHUNT_TEST_REQUIRE(cond, ...)                                  \
-    do {                                                               \
-        if (!(cond)) {                                                 \
+#define SHUNT_TEST_REQUIRE(cond, ...)                                                \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
             fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fprintf(stderr, "\n");                                     \
-            fflush(stderr);                                            \
-            MPI_Abort(MPI_COMM_WORLD, 1);                              \
-        }                                                              \
+            fprintf(stderr, __VA_ARGS__);                                            \
+            fprintf(stderr, "\n");                                                   \
+            fflush(stderr);                                                          \
+            MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+        }                                                                            \
     } while (0)
 
-#define SHUNT_TEST_MPI(call)                                                        \
-    do {                                                                            \
-        int rc_ = (call);                                                           \
-        SHUNT_TEST_REQUIRE(rc_ == MPI_SUCCESS, "%s returned %d", #call, rc_);        \
+#define SHUNT_TEST_MPI(call)                                                  \
+    do {                                                                      \
+        int rc_ = (call);                                                     \
+        SHUNT_TEST_REQUIRE(rc_ == MPI_SUCCESS, "%s returned %d", #call, rc_); \
     } while (0)
 
 static inline uint64_t test_hash(uint64_t h, const void* data, size_t n) {
@@ -100,8 +100,8 @@ typedef struct {
  * MPI_Pack and with PMPI_Pack, requires identical buffers and positions; then unpacks the
  * result with MPI_Unpack and PMPI_Unpack into two identically prefilled typed buffers and
  * requires them identical (every byte, the untouched ones included). Adds to `tally`. */
-static inline void test_pack_roundtrip(const char* name, MPI_Datatype type, int count, MPI_Comm comm,
-                                       uint32_t seed, test_tally* tally) {
+static inline void test_pack_roundtrip(const char* name, MPI_Datatype type, int count, MPI_Comm comm, uint32_t seed,
+                                       test_tally* tally) {
     int size = 0;
     SHUNT_TEST_MPI(MPI_Pack_size(count, type, comm, &size));
     int hsize = 0;

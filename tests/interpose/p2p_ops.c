@@ -38,7 +38,8 @@ static void note_status(const char* what, const tcase* c, const MPI_Status* st) 
 
 /* Requires `got` (made with recv seed `rseed`) to hold what the library writes when it receives
  * `sent` elements of c packed from the sender's buffer made with seed `sseed`. */
-static void check_data(const char* what, const tcase* c, const test_typed* got, uint32_t rseed, uint32_t sseed, int sent) {
+static void check_data(const char* what, const tcase* c, const test_typed* got, uint32_t rseed, uint32_t sseed,
+                       int sent) {
     test_typed src = test_typed_make(c->type, c->count, sseed);
     test_typed exp = test_typed_make(c->type, c->count, rseed);
     int bytes = 0;
@@ -413,7 +414,8 @@ static void edges(const tcase* c, MPI_Comm comm) {
     SHUNT_TEST_MPI(MPI_Wait(&req, &st));
     note_status("after get_status", c, &st);
     for (size_t i = 0; i < r.alloc_bytes; ++i)
-        SHUNT_TEST_REQUIRE(r.alloc[i] == 0x5a, "MPI_Wait after MPI_Request_get_status wrote byte %zu (rank %d)", i, rank);
+        SHUNT_TEST_REQUIRE(r.alloc[i] == 0x5a, "MPI_Wait after MPI_Request_get_status wrote byte %zu (rank %d)", i,
+                           rank);
 
     /* MPI_Request_free of an active send and of an active receive. The receive's data is
      * checked only where the message is eager (written when matched): a rendezvous transfer
@@ -451,7 +453,8 @@ static void edges(const tcase* c, MPI_Comm comm) {
         SHUNT_TEST_MPI(MPI_Barrier(comm));
         for (int k = 0; k < 3; ++k) {
             SHUNT_TEST_MPI(MPI_Sendrecv(&mark_out, 1, MPI_INT, right, 78, &mark_in, 1, MPI_INT, left, 78, comm, &st));
-            SHUNT_TEST_MPI(MPI_Sendrecv(s.base, c->count, c->type, right, 79, r.base, c->count, c->type, left, 79, comm, &st));
+            SHUNT_TEST_MPI(
+                MPI_Sendrecv(s.base, c->count, c->type, right, 79, r.base, c->count, c->type, left, 79, comm, &st));
         }
         note("after a freed truncated receive", mark_in);
     }
@@ -524,8 +527,8 @@ int main(int argc, char** argv) {
     MPI_Datatype big; /* 24 KiB packed per message: above the libraries' eager limits */
     SHUNT_TEST_MPI(MPI_Type_vector(1024, 3, 5, MPI_INT, &big));
     SHUNT_TEST_MPI(MPI_Type_commit(&big));
-    const tcase cases[] = {{"vector", vec, 3}, {"indexed", idx, 2}, {"struct", st, 4}, {"resized", rsz, 3},
-                           {"big vector", big, 2}, {"int", MPI_INT, 5}};
+    const tcase cases[] = {{"vector", vec, 3},  {"indexed", idx, 2},    {"struct", st, 4},
+                           {"resized", rsz, 3}, {"big vector", big, 2}, {"int", MPI_INT, 5}};
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
 
     int bsize = 0;

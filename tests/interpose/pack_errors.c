@@ -23,8 +23,9 @@ static void record(const char* what, int rc, int calls, int position, const unsi
     for (size_t i = 0; i < inner_begin; ++i) before_ok &= area[i] == 0xee;
     for (size_t i = inner_end; i < area_bytes; ++i) after_ok &= area[i] == 0xee;
     char line[256];
-    snprintf(line, sizeof line, "%-46s %s class %2d, handler calls %d, position %d, guard before %s, after %s, data %016llx",
-             what, rc == MPI_SUCCESS ? "ok   " : "error", cls, calls, position, before_ok ? "intact" : "WRITTEN",
+    snprintf(line, sizeof line,
+             "%-46s %s class %2d, handler calls %d, position %d, guard before %s, after %s, data %016llx", what,
+             rc == MPI_SUCCESS ? "ok   " : "error", cls, calls, position, before_ok ? "intact" : "WRITTEN",
              after_ok ? "intact" : "WRITTEN",
              (unsigned long long)test_hash(14695981039346656037ull, area + inner_begin, inner_end - inner_begin));
     results = test_hash(results, line, strlen(line));
@@ -47,8 +48,8 @@ static void pack_case(const char* what, const void* inbuf, int count, MPI_Dataty
 }
 
 /* MPI_Unpack of `insize` bytes into a guarded typed buffer. */
-static void unpack_case(const char* what, const unsigned char* inbuf, int insize, int start, int count, MPI_Datatype type,
-                        int null_outbuf, MPI_Comm comm) {
+static void unpack_case(const char* what, const unsigned char* inbuf, int insize, int start, int count,
+                        MPI_Datatype type, int null_outbuf, MPI_Comm comm) {
     const size_t data_bytes = 4096;
     const size_t area_bytes = data_bytes + 2 * guard;
     unsigned char* area = (unsigned char*)malloc(area_bytes);

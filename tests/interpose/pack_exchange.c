@@ -36,10 +36,12 @@ int main(int argc, char** argv) {
             int sizes[4] = {quantities, ext, ext, ext}, sub[4] = {quantities, n, n, n};
             int send_start[4] = {0, halo, halo, halo}, recv_start[4] = {0, halo, halo, halo};
             sub[1 + d] = halo;
-            send_start[1 + d] = s == 0 ? halo : n;         /* the interior cells next to side s */
-            recv_start[1 + d] = s == 0 ? 0 : n + halo;     /* the halo on side s */
-            SHUNT_TEST_MPI(MPI_Type_create_subarray(4, sizes, sub, send_start, MPI_ORDER_C, MPI_DOUBLE, &send_face[d][s]));
-            SHUNT_TEST_MPI(MPI_Type_create_subarray(4, sizes, sub, recv_start, MPI_ORDER_C, MPI_DOUBLE, &recv_face[d][s]));
+            send_start[1 + d] = s == 0 ? halo : n; /* the interior cells next to side s */
+            recv_start[1 + d] = s == 0 ? 0 : n + halo; /* the halo on side s */
+            SHUNT_TEST_MPI(
+                MPI_Type_create_subarray(4, sizes, sub, send_start, MPI_ORDER_C, MPI_DOUBLE, &send_face[d][s]));
+            SHUNT_TEST_MPI(
+                MPI_Type_create_subarray(4, sizes, sub, recv_start, MPI_ORDER_C, MPI_DOUBLE, &recv_face[d][s]));
             SHUNT_TEST_MPI(MPI_Type_commit(&send_face[d][s]));
             SHUNT_TEST_MPI(MPI_Type_commit(&recv_face[d][s]));
         }
@@ -58,8 +60,8 @@ int main(int argc, char** argv) {
             for (int z = halo; z < n + halo; ++z)
                 for (int y = halo; y < n + halo; ++y)
                     for (int x = halo; x < n + halo; ++x)
-                        a[q * field + ((size_t)z * ext + y) * ext + x] =
-                            value(q, coords[0] * n + z - halo, coords[1] * n + y - halo, coords[2] * n + x - halo, step);
+                        a[q * field + ((size_t)z * ext + y) * ext + x] = value(
+                            q, coords[0] * n + z - halo, coords[1] * n + y - halo, coords[2] * n + x - halo, step);
         memcpy(typed, a, sizeof(double) * field * quantities);
 
         for (int d = 0; d < 3; ++d)
@@ -70,7 +72,8 @@ int main(int argc, char** argv) {
                 int pos = 0, opos = 0;
                 SHUNT_TEST_MPI(MPI_Pack(a, 1, send_face[d][s], out, face_bytes, &pos, cart));
                 SHUNT_TEST_MPI(PMPI_Pack(a, 1, send_face[d][s], oracle, face_bytes, &opos, cart));
-                SHUNT_TEST_REQUIRE(pos == opos && memcmp(out, oracle, (size_t)pos) == 0, "face %d/%d packs differently", d, s);
+                SHUNT_TEST_REQUIRE(pos == opos && memcmp(out, oracle, (size_t)pos) == 0, "face %d/%d packs differently",
+                                   d, s);
                 MPI_Status st;
                 SHUNT_TEST_MPI(MPI_Sendrecv(out, pos, MPI_PACKED, dest, 10 * d + s, in, face_bytes, MPI_PACKED, source,
                                             10 * d + s, cart, &st));
@@ -80,8 +83,8 @@ int main(int argc, char** argv) {
                 SHUNT_TEST_MPI(MPI_Unpack(in, got, &upos, a, 1, recv_face[d][1 - s], d == 1 ? MPI_COMM_WORLD : cart));
                 SHUNT_TEST_REQUIRE(upos == got, "unpacked %d of %d bytes", upos, got);
                 /* The same exchange with the datatypes directly: the library's own path. */
-                SHUNT_TEST_MPI(MPI_Sendrecv(typed, 1, send_face[d][s], dest, 100 + 10 * d + s, typed, 1, recv_face[d][1 - s],
-                                            source, 100 + 10 * d + s, cart, MPI_STATUS_IGNORE));
+                SHUNT_TEST_MPI(MPI_Sendrecv(typed, 1, send_face[d][s], dest, 100 + 10 * d + s, typed, 1,
+                                            recv_face[d][1 - s], source, 100 + 10 * d + s, cart, MPI_STATUS_IGNORE));
             }
         SHUNT_TEST_REQUIRE(memcmp(a, typed, sizeof(double) * field * quantities) == 0,
                            "packed exchange differs from the typed exchange at step %d", step);
@@ -97,10 +100,11 @@ int main(int argc, char** argv) {
                         const double got = a[q * field + ((size_t)z * ext + y) * ext + x];
                         double want = -1.0;
                         if (outside <= 1)
-                            want = value(q, wrap(coords[0] * n + z - halo, gn[0]), wrap(coords[1] * n + y - halo, gn[1]),
-                                         wrap(coords[2] * n + x - halo, gn[2]), step);
-                        SHUNT_TEST_REQUIRE(got == want, "step %d q %d cell (%d,%d,%d): %g, expected %g", step, q, z, y, x,
-                                           got, want);
+                            want =
+                                value(q, wrap(coords[0] * n + z - halo, gn[0]), wrap(coords[1] * n + y - halo, gn[1]),
+                                      wrap(coords[2] * n + x - halo, gn[2]), step);
+                        SHUNT_TEST_REQUIRE(got == want, "step %d q %d cell (%d,%d,%d): %g, expected %g", step, q, z, y,
+                                           x, got, want);
                         ++checked;
                     }
         hash = test_hash(hash, a, sizeof(double) * field * quantities);

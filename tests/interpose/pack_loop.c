@@ -46,7 +46,9 @@ int main(int argc, char** argv) {
     }
     if (!bad)
         printf("pack_loop: %d packs and unpacks of %s%s, every byte right\n", iterations,
-               vary ? "56-64 KiB" : dense ? "a 64 KiB contiguous type" : "a 64 KiB vector",
+               vary    ? "56-64 KiB"
+               : dense ? "a 64 KiB contiguous type"
+                       : "a 64 KiB vector",
                dense ? "" : " of 1-byte blocks");
     MPI_Type_free(&v);
     free(typed);

@@ -54,7 +54,8 @@ static void check_empty(MPI_Datatype t) {
         int pa = 2, pb = 2;
         SHUNT_TEST_MPI(MPI_Pack(in, count, t, a, sizeof a, &pa, MPI_COMM_WORLD));
         SHUNT_TEST_MPI(PMPI_Pack(in, count, t, b, sizeof b, &pb, MPI_COMM_WORLD));
-        SHUNT_TEST_REQUIRE(pa == 2 && pb == 2 && memcmp(a, b, sizeof a) == 0, "empty type x %d: packed something", count);
+        SHUNT_TEST_REQUIRE(pa == 2 && pb == 2 && memcmp(a, b, sizeof a) == 0, "empty type x %d: packed something",
+                           count);
     }
 #if defined(OPEN_MPI)
     for (int count = 0; count < 6; count += 5) {
@@ -239,7 +240,8 @@ int main(int argc, char** argv) {
         MPI_Dims_create(size_, 2, dims);
         int gsizes[2] = {8, 6}, distribs[2] = {MPI_DISTRIBUTE_CYCLIC, MPI_DISTRIBUTE_BLOCK};
         int dargs[2] = {2, MPI_DISTRIBUTE_DFLT_DARG};
-        SHUNT_TEST_MPI(MPI_Type_create_darray(size_, rank_, 2, gsizes, distribs, dargs, dims, MPI_ORDER_C, MPI_INT, &t));
+        SHUNT_TEST_MPI(
+            MPI_Type_create_darray(size_, rank_, 2, gsizes, distribs, dargs, dims, MPI_ORDER_C, MPI_INT, &t));
         check_and_free("darray", commit(t), 2);
     }
     SHUNT_TEST_MPI(MPI_Type_vector(3, 2, 5, MPI_INT, &t));

@@ -69,7 +69,8 @@ TEST_CASE("flags accept exactly 1/0/true/false/yes/no/on/off, in any case") {
         CHECK(flag_kind::parse(f, v));
         CHECK_FALSE(v);
     }
-    for (const char* bad : {"maybe", "2", "1 ", " 1", "01", "truex", "y", "", "-1"}) CHECK_FALSE(accepts<flag_kind>(bad));
+    for (const char* bad : {"maybe", "2", "1 ", " 1", "01", "truex", "y", "", "-1"})
+        CHECK_FALSE(accepts<flag_kind>(bad));
 }
 
 TEST_CASE("choices accept only their names") {
@@ -93,7 +94,8 @@ TEST_CASE("choices accept only their names") {
     CHECK(detail::pack_kind::parse("MODEL", p));
     CHECK(p == pack_choice::model);
     CHECK(detail::pack_kind::format(pack_choice::model) == "model");
-    for (const char* bad : {"oneshot", "one_shot", "gpu", "stage", "models"}) CHECK_FALSE(accepts<detail::pack_kind>(bad));
+    for (const char* bad : {"oneshot", "one_shot", "gpu", "stage", "models"})
+        CHECK_FALSE(accepts<detail::pack_kind>(bad));
     CHECK(detail::pack_kind::accepted() == "auto, library, host, device, one-shot, staged, model");
     CHECK(detail::report_kind::accepted() == "off, rank, summary");
 }
@@ -151,8 +153,8 @@ TEST_CASE("integers: range, binary suffixes, overflow and junk rejected") {
     CHECK(v == 3 << 20);
     CHECK(k::parse("1T", v));
     CHECK(v == std::int64_t{1} << 40);
-    for (const char* bad : {"-1", "2T", "+5", "1KK", "8E", "12 ", "0x10", "", "K", "99999999999999999999", "9223372036854775807",
-                            "9007199254740992K"})
+    for (const char* bad : {"-1", "2T", "+5", "1KK", "8E", "12 ", "0x10", "", "K", "99999999999999999999",
+                            "9223372036854775807", "9007199254740992K"})
         CHECK_FALSE(accepts<k>(bad));
     using wide = detail::integer_kind<-5, INT64_MAX>;
     CHECK(wide::parse("9223372036854775807", v));

@@ -44,15 +44,15 @@ inline std::uint64_t item_seed(std::uint64_t base, std::uint64_t stream, std::ui
 }
 
 /// Aborts the test program with the failing call: the generator only builds valid types.
-#define SHUNT_TEST_MPI(call)                                                                  \
-    do {                                                                                      \
-        if (int shunt_test_rc_ = (call); shunt_test_rc_ != MPI_SUCCESS) {                     \
-            char shunt_test_msg_[MPI_MAX_ERROR_STRING] = "";                                  \
-            int shunt_test_len_ = 0;                                                          \
-            MPI_Error_string(shunt_test_rc_, shunt_test_msg_, &shunt_test_len_);              \
+#define SHUNT_TEST_MPI(call)                                                                            \
+    do {                                                                                                \
+        if (int shunt_test_rc_ = (call); shunt_test_rc_ != MPI_SUCCESS) {                               \
+            char shunt_test_msg_[MPI_MAX_ERROR_STRING] = "";                                            \
+            int shunt_test_len_ = 0;                                                                    \
+            MPI_Error_string(shunt_test_rc_, shunt_test_msg_, &shunt_test_len_);                        \
             std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, shunt_test_msg_); \
-            MPI_Abort(MPI_COMM_WORLD, 2);                                                     \
-        }                                                                                     \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                                               \
+        }                                                                                               \
     } while (0)
 
 struct named_type {
@@ -116,17 +116,17 @@ inline const std::vector<named_type>& f90_types() {
 /// A random datatype, committed unless predefined; frees itself.
 struct random_type {
     MPI_Datatype type = MPI_DATATYPE_NULL;
-    bool derived = false;            ///< owned: freed by the destructor
-    std::string desc;                ///< constructor expression, enough to rebuild it by hand
-    bool bottom = false;             ///< built on absolute addresses: use MPI_BOTTOM as the buffer
+    bool derived = false;  ///< owned: freed by the destructor
+    std::string desc;  ///< constructor expression, enough to rebuild it by hand
+    bool bottom = false;  ///< built on absolute addresses: use MPI_BOTTOM as the buffer
     /// Uses a construct Open MPI packs against its own typemap or extent (a vector/hvector byte
     /// stride of -1, a struct with an empty live entry): decode must leave it to the library (see
     /// shunt::detail::check_library_stride / check_library_struct).
     bool library_quirk = false;
     std::unique_ptr<std::byte[]> memory;  ///< what a bottom type's addresses point into
     std::int64_t memory_bytes = 0;
-    std::int64_t max_count = 5;      ///< larger counts would need more memory than the test allows
-    int large = 0;                   ///< number of MPI-4 large-count constructors used
+    std::int64_t max_count = 5;  ///< larger counts would need more memory than the test allows
+    int large = 0;  ///< number of MPI-4 large-count constructors used
 
     random_type() = default;
     random_type(random_type&& o) noexcept { *this = std::move(o); }
@@ -205,7 +205,8 @@ private:
     static bool small(MPI_Datatype t) {
         const bounds b = bounds_of(t);
         auto in = [](MPI_Count v) { return v >= -max_type_bytes && v <= max_type_bytes; };
-        return in(b.lb) && in(b.extent) && b.extent >= 0 && in(b.true_lb) && in(b.true_extent) && b.size <= max_type_bytes;
+        return in(b.lb) && in(b.extent) && b.extent >= 0 && in(b.true_lb) && in(b.true_extent) &&
+               b.size <= max_type_bytes;
     }
     static void release(part& p) {
         if (p.derived) MPI_Type_free(&p.type);
@@ -317,11 +318,11 @@ private:
                     break;
                 }
 #endif
-                SHUNT_TEST_MPI(MPI_Type_create_hvector(static_cast<int>(count), static_cast<int>(bl), stride, c.type,
-                                                       &p.type));
+                SHUNT_TEST_MPI(
+                    MPI_Type_create_hvector(static_cast<int>(count), static_cast<int>(bl), stride, c.type, &p.type));
                 break;
             }
-            case 3:    // indexed, element displacements
+            case 3:  // indexed, element displacements
             case 4: {  // hindexed, byte displacements
                 const std::int64_t n = r.range(1, 5);
                 std::vector<std::int64_t> bl(static_cast<std::size_t>(n)), d(bl.size());
@@ -350,11 +351,12 @@ private:
                     SHUNT_TEST_MPI(MPI_Type_indexed(static_cast<int>(n), li.data(), di.data(), c.type, &p.type));
                 } else {
                     const auto da = aints(d);
-                    SHUNT_TEST_MPI(MPI_Type_create_hindexed(static_cast<int>(n), li.data(), da.data(), c.type, &p.type));
+                    SHUNT_TEST_MPI(
+                        MPI_Type_create_hindexed(static_cast<int>(n), li.data(), da.data(), c.type, &p.type));
                 }
                 break;
             }
-            case 5:    // indexed_block
+            case 5:  // indexed_block
             case 6: {  // hindexed_block
                 const std::int64_t n = r.range(1, 5), bl = r.range(1, 3);
                 std::vector<std::int64_t> d(static_cast<std::size_t>(n));
@@ -410,15 +412,14 @@ private:
 #if MPI_VERSION >= 4
                 if (large) {
                     const auto lc = counts(bl), dc = counts(d);
-                    SHUNT_TEST_MPI(MPI_Type_create_struct_c(static_cast<MPI_Count>(n), lc.data(), dc.data(), ts.data(),
-                                                            &p.type));
+                    SHUNT_TEST_MPI(
+                        MPI_Type_create_struct_c(static_cast<MPI_Count>(n), lc.data(), dc.data(), ts.data(), &p.type));
                     break;
                 }
 #endif
                 const auto li = ints(bl);
                 const auto da = aints(d);
-                SHUNT_TEST_MPI(
-                    MPI_Type_create_struct(static_cast<int>(n), li.data(), da.data(), ts.data(), &p.type));
+                SHUNT_TEST_MPI(MPI_Type_create_struct(static_cast<int>(n), li.data(), da.data(), ts.data(), &p.type));
                 break;
             }
             case 8: {  // subarray
@@ -469,7 +470,8 @@ private:
                     }
                     for (int left = size, f = 2; left > 1;) {
                         while (left % f != 0) ++f;
-                        ps[dist_dims[static_cast<std::size_t>(r.range(0, static_cast<std::int64_t>(dist_dims.size()) - 1))]] *= f;
+                        ps[dist_dims[static_cast<std::size_t>(
+                            r.range(0, static_cast<std::int64_t>(dist_dims.size()) - 1))]] *= f;
                         left /= f;
                     }
                 } else {  // a made-up grid and rank

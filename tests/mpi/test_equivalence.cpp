@@ -163,8 +163,7 @@ TEST_CASE("types that move other bytes, or the same bytes in another order, diff
     CHECK(form_of(fwd) != form_of(rev));
     const int sizes[2] = {4, 6}, subs[2] = {2, 3}, starts[2] = {1, 1};
     REQUIRE(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, c_order.out()) == MPI_SUCCESS);
-    REQUIRE(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_FORTRAN, MPI_INT, f_order.out()) ==
-            MPI_SUCCESS);
+    REQUIRE(MPI_Type_create_subarray(2, sizes, subs, starts, MPI_ORDER_FORTRAN, MPI_INT, f_order.out()) == MPI_SUCCESS);
     CHECK(form_of(c_order) != form_of(f_order));
     CHECK(form_of(MPI_SHORT_INT) != form_of(MPI_2INT));
 }

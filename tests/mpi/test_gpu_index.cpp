@@ -34,7 +34,8 @@ constexpr std::int64_t max_span = 16 << 20;
 constexpr unsigned char sentinel = 0x5a;
 
 struct stats {
-    std::int64_t types = 0, unsupported = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0, fused_unpacks = 0;
+    std::int64_t types = 0, unsupported = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0,
+                 fused_unpacks = 0;
     std::int64_t multi_block = 0, multi_dim = 0, words[17] = {};
     std::int64_t failed_types = 0;
 };
@@ -113,7 +114,8 @@ private:
         for (int word = widest; word >= 1; word /= 2) {
             std::memset(out, sentinel, static_cast<std::size_t>(total) + 16);
             const std::int64_t threads = r_.range(1, 200);
-            const std::int64_t got = shunt::gpu::pack_emulated(f, buf.origin(), out, 0, total + r_.range(0, 9), word, threads);
+            const std::int64_t got =
+                shunt::gpu::pack_emulated(f, buf.origin(), out, 0, total + r_.range(0, 9), word, threads);
             if (got != total || std::memcmp(out, ref.data(), static_cast<std::size_t>(total)) != 0 ||
                 !untouched(out + total, 16))
                 fail("pack_emulated (word " + std::to_string(word) + ", " + std::to_string(threads) +
@@ -127,7 +129,8 @@ private:
             const std::int64_t first = r_.range(-1, total), len = r_.range(-1, total - first + 4);
             std::fill(host_win.begin(), host_win.end(), sentinel);
             std::memset(out, sentinel, static_cast<std::size_t>(total) + 16);
-            const std::int64_t want = shunt::pack_host(info_.form, extent, count, buf.origin(), host_win.data(), first, len);
+            const std::int64_t want =
+                shunt::pack_host(info_.form, extent, count, buf.origin(), host_win.data(), first, len);
             const std::int64_t got = shunt::gpu::pack_emulated(f, buf.origin(), out, first, len);
             if (got != want || std::memcmp(out, host_win.data(), static_cast<std::size_t>(total) + 16) != 0)
                 fail("pack_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" + at);
@@ -151,12 +154,12 @@ private:
             ++st_.fused;
             const shunt::gpu::flat_form one(info_.form, extent, 1);
             const std::int64_t size1 = info_.size;
-            std::vector<unsigned char> a(static_cast<std::size_t>(total + size1) + 8, sentinel), b(ref.size(), sentinel);
+            std::vector<unsigned char> a(static_cast<std::size_t>(total + size1) + 8, sentinel),
+                b(ref.size(), sentinel);
             std::vector<unsigned char> ref1(static_cast<std::size_t>(size1));
             shunt::pack_host(info_.form, extent, 1, buf.origin(), ref1.data());
-            const shunt::gpu::fused_input in[3] = {{&f, buf.origin(), a.data()},
-                                                   {&one, buf.origin(), a.data() + total},
-                                                   {&f, buf.origin(), b.data() + 1}};
+            const shunt::gpu::fused_input in[3] = {
+                {&f, buf.origin(), a.data()}, {&one, buf.origin(), a.data() + total}, {&f, buf.origin(), b.data() + 1}};
             shunt::gpu::pack_fused_emulated(in, r_.range(1, 64), r_.range(1, 5));
             if (std::memcmp(a.data(), ref.data(), static_cast<std::size_t>(total)) != 0 ||
                 std::memcmp(a.data() + total, ref1.data(), static_cast<std::size_t>(size1)) != 0 ||
@@ -175,19 +178,22 @@ private:
         const auto expect = buf.snapshot();
         for (int word = widest; word >= 1; word /= 2) {
             buf.fill(before);
-            const std::int64_t got = shunt::gpu::unpack_emulated(f, ref.data(), buf.origin(), 0, total, word, r_.range(1, 200));
+            const std::int64_t got =
+                shunt::gpu::unpack_emulated(f, ref.data(), buf.origin(), 0, total, word, r_.range(1, 200));
             if (got != total || buf.snapshot() != expect)
                 fail("unpack_emulated (word " + std::to_string(word) + ") differs from unpack_host" + at);
         }
         for (int w = 0; w < 2; ++w) {
             const std::int64_t first = r_.range(0, total), len = r_.range(0, total - first + 4);
             buf.fill(before);
-            const std::int64_t want = shunt::unpack_host(info_.form, extent, count, ref.data() + first, buf.origin(), first, len);
+            const std::int64_t want =
+                shunt::unpack_host(info_.form, extent, count, ref.data() + first, buf.origin(), first, len);
             const auto host_window = buf.snapshot();
             buf.fill(before);
             const std::int64_t got = shunt::gpu::unpack_emulated(f, ref.data() + first, buf.origin(), first, len);
             if (got != want || buf.snapshot() != host_window)
-                fail("unpack_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" + at);
+                fail("unpack_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" +
+                     at);
         }
 
         // Fused unpack: the whole stream into this buffer and the stream's first element into a
@@ -201,7 +207,8 @@ private:
             const auto expect_one = second.snapshot();
             buf.fill(before);
             second.fill(before);
-            const shunt::gpu::fused_output items[2] = {{&f, ref.data(), buf.origin()}, {&one, ref.data(), second.origin()}};
+            const shunt::gpu::fused_output items[2] = {{&f, ref.data(), buf.origin()},
+                                                       {&one, ref.data(), second.origin()}};
             shunt::gpu::unpack_fused_emulated(items, r_.range(1, 64), r_.range(1, 5));
             if (buf.snapshot() != expect || second.snapshot() != expect_one)
                 fail("unpack_fused_emulated differs from unpack_host" + at);
@@ -257,17 +264,16 @@ int main(int argc, char** argv) {
                         static_cast<long long>(i));
         }
     }
-    std::printf("gpu_index seed %llu: %lld types (%lld left to the library), %lld cases (%lld skipped for memory; "
-                "%lld with several blocks, %lld with several dims), widest words 1/2/4/8/16 B: %lld/%lld/%lld/%lld/%lld, "
-                "%lld pack windows, %lld fused launches, %lld unpacks, %lld fused unpack launches: %lld failed\n",
-                static_cast<unsigned long long>(seed), static_cast<long long>(st.types),
-                static_cast<long long>(st.unsupported), static_cast<long long>(st.cases),
-                static_cast<long long>(st.skipped), static_cast<long long>(st.multi_block),
-                static_cast<long long>(st.multi_dim), static_cast<long long>(st.words[1]),
-                static_cast<long long>(st.words[2]), static_cast<long long>(st.words[4]),
-                static_cast<long long>(st.words[8]), static_cast<long long>(st.words[16]),
-                static_cast<long long>(st.windows), static_cast<long long>(st.fused), static_cast<long long>(st.unpacks),
-                static_cast<long long>(st.fused_unpacks), static_cast<long long>(st.failed_types));
+    std::printf(
+        "gpu_index seed %llu: %lld types (%lld left to the library), %lld cases (%lld skipped for memory; "
+        "%lld with several blocks, %lld with several dims), widest words 1/2/4/8/16 B: %lld/%lld/%lld/%lld/%lld, "
+        "%lld pack windows, %lld fused launches, %lld unpacks, %lld fused unpack launches: %lld failed\n",
+        static_cast<unsigned long long>(seed), static_cast<long long>(st.types), static_cast<long long>(st.unsupported),
+        static_cast<long long>(st.cases), static_cast<long long>(st.skipped), static_cast<long long>(st.multi_block),
+        static_cast<long long>(st.multi_dim), static_cast<long long>(st.words[1]), static_cast<long long>(st.words[2]),
+        static_cast<long long>(st.words[4]), static_cast<long long>(st.words[8]), static_cast<long long>(st.words[16]),
+        static_cast<long long>(st.windows), static_cast<long long>(st.fused), static_cast<long long>(st.unpacks),
+        static_cast<long long>(st.fused_unpacks), static_cast<long long>(st.failed_types));
     MPI_Finalize();
     return st.failed_types == 0 ? 0 : 1;
 }

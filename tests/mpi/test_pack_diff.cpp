@@ -46,7 +46,8 @@ constexpr unsigned char sentinel = 0xa5;
 
 class type_check {
 public:
-    type_check(const shunt_test::random_type& t, std::uint64_t seed, stats& st) : t_(t), r_(seed ^ 0x7e57ULL), st_(st) {}
+    type_check(const shunt_test::random_type& t, std::uint64_t seed, stats& st)
+        : t_(t), r_(seed ^ 0x7e57ULL), st_(st) {}
 
     /// Runs every comparison; returns the failures (empty when all agree).
     std::vector<std::string> run() {
@@ -87,7 +88,8 @@ private:
             info_.true_extent != true_extent)
             fail("bounds differ from MPI's");
         if (info_.form.size() != size)
-            fail("layout packs " + std::to_string(info_.form.size()) + " bytes, MPI_Type_size says " + std::to_string(size));
+            fail("layout packs " + std::to_string(info_.form.size()) + " bytes, MPI_Type_size says " +
+                 std::to_string(size));
         if (size > 0) {
             // The data must lie within MPI's true bounds. Not equal to them: MPICH 4.0 counts the
             // position of empty entries (struct {char at 0; contiguous(0) at 28}: true extent 28).
@@ -95,8 +97,9 @@ private:
             std::int64_t lo = flat[0].offset, hi = flat[0].offset + flat[0].length;
             for (const auto& b : flat) lo = std::min(lo, b.offset), hi = std::max(hi, b.offset + b.length);
             if (lo < true_lb || hi > true_lb + true_extent)
-                fail("layout spans [" + std::to_string(lo) + "," + std::to_string(hi) + "), outside MPI's true bounds [" +
-                     std::to_string(true_lb) + "," + std::to_string(true_lb + true_extent) + ")");
+                fail("layout spans [" + std::to_string(lo) + "," + std::to_string(hi) +
+                     "), outside MPI's true bounds [" + std::to_string(true_lb) + "," +
+                     std::to_string(true_lb + true_extent) + ")");
             if (lo != true_lb || hi - lo != true_extent) ++st_.loose_true_bounds;
         }
     }
@@ -143,7 +146,8 @@ private:
                  (s < mine.size() ? std::to_string(mine[s]) : "-"));
             return;
         }
-        auto same_stream = [&](const unsigned char* a, const unsigned char* b, std::int64_t from, std::int64_t n_bytes) {
+        auto same_stream = [&](const unsigned char* a, const unsigned char* b, std::int64_t from,
+                               std::int64_t n_bytes) {
             for (std::int64_t i = 0; i < n_bytes; ++i)
                 if (written[static_cast<std::size_t>(from + i)] && a[from + i] != b[i]) return false;
             return true;
@@ -280,7 +284,8 @@ int main(int argc, char** argv) {
     stats st;
     const std::int64_t begin = opt.only >= 0 ? opt.only : 0, end = opt.only >= 0 ? opt.only + 1 : opt.types;
     for (std::int64_t i = begin; i < end; ++i) {
-        const std::uint64_t seed = shunt_test::item_seed(opt.seed, static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(i));
+        const std::uint64_t seed =
+            shunt_test::item_seed(opt.seed, static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(i));
         const shunt_test::random_type t = gen.make(seed);
         ++st.types;
         st.predefined += t.derived ? 0 : 1;
@@ -296,9 +301,10 @@ int main(int argc, char** argv) {
         type_check check(t, seed, st);
         const auto failures = check.run();
         if (opt.verbose || !failures.empty()) {
-            std::printf("%s rank %d type %lld: %s\n  layout %s size %lld extent %lld\n", failures.empty() ? "  ok" : "FAIL",
-                        rank, static_cast<long long>(i), t.desc.c_str(), shunt_test::to_string(check.info().form).c_str(),
-                        static_cast<long long>(check.info().size), static_cast<long long>(check.info().extent));
+            std::printf("%s rank %d type %lld: %s\n  layout %s size %lld extent %lld\n",
+                        failures.empty() ? "  ok" : "FAIL", rank, static_cast<long long>(i), t.desc.c_str(),
+                        shunt_test::to_string(check.info().form).c_str(), static_cast<long long>(check.info().size),
+                        static_cast<long long>(check.info().extent));
             for (const auto& f : failures) std::printf("  %s\n", f.c_str());
             if (!failures.empty())
                 std::printf("  reproduce: mpiexec -n %d %s --seed %llu --only %lld\n", size, argv[0],
@@ -306,17 +312,17 @@ int main(int argc, char** argv) {
         }
         if (!failures.empty()) ++st.failed_types;
     }
-    std::printf("pack_diff rank %d/%d seed %llu: %lld types (%lld predefined, %lld MPI_BOTTOM, %lld large-count, "
-                "%lld bounds > 4 GiB, %lld left to the library), %lld cases, %lld pack windows, %lld unpacks, "
-                "%lld overlapping typemaps (pack only), %lld cases skipped for memory, %lld true extents wider than "
-                "the data, %lld cases with bytes MPI leaves unwritten: %lld failed\n",
-                rank, size, static_cast<unsigned long long>(opt.seed), static_cast<long long>(st.types),
-                static_cast<long long>(st.predefined), static_cast<long long>(st.bottom), static_cast<long long>(st.large),
-                static_cast<long long>(st.far), static_cast<long long>(st.passed_through), static_cast<long long>(st.cases), static_cast<long long>(st.windows),
-                static_cast<long long>(st.unpacks), static_cast<long long>(st.overlapping),
-                static_cast<long long>(st.skipped), static_cast<long long>(st.loose_true_bounds),
-                static_cast<long long>(st.padding_cases),
-                static_cast<long long>(st.failed_types));
+    std::printf(
+        "pack_diff rank %d/%d seed %llu: %lld types (%lld predefined, %lld MPI_BOTTOM, %lld large-count, "
+        "%lld bounds > 4 GiB, %lld left to the library), %lld cases, %lld pack windows, %lld unpacks, "
+        "%lld overlapping typemaps (pack only), %lld cases skipped for memory, %lld true extents wider than "
+        "the data, %lld cases with bytes MPI leaves unwritten: %lld failed\n",
+        rank, size, static_cast<unsigned long long>(opt.seed), static_cast<long long>(st.types),
+        static_cast<long long>(st.predefined), static_cast<long long>(st.bottom), static_cast<long long>(st.large),
+        static_cast<long long>(st.far), static_cast<long long>(st.passed_through), static_cast<long long>(st.cases),
+        static_cast<long long>(st.windows), static_cast<long long>(st.unpacks), static_cast<long long>(st.overlapping),
+        static_cast<long long>(st.skipped), static_cast<long long>(st.loose_true_bounds),
+        static_cast<long long>(st.padding_cases), static_cast<long long>(st.failed_types));
     std::fflush(stdout);
     long long failed = st.failed_types, any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);

@@ -13,7 +13,8 @@ namespace shunt {
 /// Prints "dims[{count,stride}...] blocks[{offset,length}...]".
 inline std::ostream& operator<<(std::ostream& os, const layout& l) {
     os << "dims[";
-    for (std::size_t k = 0; k < l.dims.size(); ++k) os << (k ? "," : "") << '{' << l.dims[k].count << ',' << l.dims[k].stride << '}';
+    for (std::size_t k = 0; k < l.dims.size(); ++k)
+        os << (k ? "," : "") << '{' << l.dims[k].count << ',' << l.dims[k].stride << '}';
     os << "] blocks[";
     const std::size_t shown = l.blocks.size() < 16 ? l.blocks.size() : 16;
     for (std::size_t k = 0; k < shown; ++k)

@@ -50,8 +50,7 @@ TEST_CASE("simplify: a dense run is one block") {
 }
 
 TEST_CASE("simplify: touching blocks merge, empty blocks and count-1 dims go") {
-    CHECK(shunt::simplify({{}, {{0, 2}, {2, 0}, {2, 2}, {10, 4}, {14, 0}}}) ==
-          layout{{{2, 10}}, {{0, 4}}});
+    CHECK(shunt::simplify({{}, {{0, 2}, {2, 0}, {2, 2}, {10, 4}, {14, 0}}}) == layout{{{2, 10}}, {{0, 4}}});
     CHECK(shunt::simplify({{{1, 100}, {1, -7}}, {{5, 3}}}) == layout{{}, {{5, 3}}});
     // Blocks that touch in reverse order are not contiguous in pack order: no merge.
     CHECK(shunt::simplify({{}, {{4, 4}, {0, 4}}}) == layout{{{2, -4}}, {{4, 4}}});
@@ -111,8 +110,7 @@ TEST_CASE("canonical: a vector of vectors equals the 3-D subarray") {
     CHECK(vv == layout{{{2, 120}, {3, 20}}, {{0, 8}}});
     // With a start offset, the subarray shifts its single block.
     const std::vector<std::int64_t> starts2{0, 1, 3};
-    CHECK(shunt::make_subarray(sizes, subsizes, starts2, true, int_form, 4) ==
-          layout{{{2, 120}, {3, 20}}, {{32, 8}}});
+    CHECK(shunt::make_subarray(sizes, subsizes, starts2, true, int_form, 4) == layout{{{2, 120}, {3, 20}}, {{32, 8}}});
 }
 
 TEST_CASE("canonical: equal bytes in a different order are different layouts") {
@@ -212,7 +210,8 @@ TEST_CASE("64-bit offsets and sizes beyond 4 GiB, without allocating") {
     CHECK(far == layout{{{2, 5 * gib}}, {{0, 1}}});
     CHECK(shunt::flatten(far).back() == block{5 * gib, 1});
     // A 3 x 2^31 int array: row stride 8 GiB.
-    const std::vector<std::int64_t> sizes{3, std::int64_t{1} << 31}, subsizes{2, 2}, starts{1, (std::int64_t{1} << 31) - 2};
+    const std::vector<std::int64_t> sizes{3, std::int64_t{1} << 31}, subsizes{2, 2},
+        starts{1, (std::int64_t{1} << 31) - 2};
     const layout sub = shunt::make_subarray(sizes, subsizes, starts, true, int_form, 4);
     CHECK(sub == layout{{{2, 8 * gib}}, {{16 * gib - 8, 8}}});
     // Struct displacements beyond 4 GiB, and a size beyond 4 GiB.
@@ -306,8 +305,12 @@ struct strided_rows {
     std::int64_t extent;
     std::vector<std::byte> typed, expect;
     strided_rows(std::int64_t len, std::int64_t stride, std::int64_t rows)
-        : len(len), stride(stride), form(shunt::make_hvector(rows, len, stride, byte_form, 1)), extent(rows * stride),
-          typed(static_cast<std::size_t>(extent)), expect(static_cast<std::size_t>(rows * len)) {
+        : len(len),
+          stride(stride),
+          form(shunt::make_hvector(rows, len, stride, byte_form, 1)),
+          extent(rows * stride),
+          typed(static_cast<std::size_t>(extent)),
+          expect(static_cast<std::size_t>(rows * len)) {
         for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>((i * 131) >> 3);
         for (std::int64_t r = 0; r < rows; ++r)
             std::memcpy(expect.data() + r * len, typed.data() + r * stride, static_cast<std::size_t>(len));
@@ -329,8 +332,8 @@ TEST_CASE("host packer: rows that stream from memory pack and unpack like rows i
     static_assert(rows * stride >= shunt::detail::pack_program::streaming_bytes);
     const strided_rows c(len, stride, rows);
     REQUIRE(shunt::detail::pack_program(c.form, c.extent, 1).streaming());
-    REQUIRE_FALSE(shunt::detail::pack_program(shunt::make_hvector(64, len, stride, byte_form, 1), 64 * stride, 1)
-                      .streaming());
+    REQUIRE_FALSE(
+        shunt::detail::pack_program(shunt::make_hvector(64, len, stride, byte_form, 1), 64 * stride, 1).streaming());
     std::vector<std::byte> packed(c.expect.size());
     CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data()) == rows * len);
     CHECK(packed == c.expect);
@@ -352,27 +355,30 @@ TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters 
     // Off Intel, short rows over 16 MiB prefetch only where AVX-512 is (Zen 4; not on a Zen 3).
     const bool wide_short = intel || shunt::detail::cpu_has_masked_blocks();
     CHECK(prefetch_pays(256, wide / 256, 100, false) == wide_short);  // 16 MiB of rows a line or more apart
-    CHECK(prefetch_pays(256, 4096, 100, false) == intel);       // 1 MiB: on Intel only
-    CHECK(prefetch_pays(256, wide / 256, 200, false) == intel); // rows of 128 B or more: Intel only
-    CHECK_FALSE(prefetch_pays(256, 4095, 200, false));          // a span under 1 MiB: cached
-    CHECK_FALSE(prefetch_pays(256, wide / 256, 100, true));     // streaming stores read nothing first
-    CHECK_FALSE(prefetch_pays(32, wide, 16, false));            // rows sharing lines: the hardware's
-    CHECK_FALSE(prefetch_pays(128, wide, 128, false));          // no gaps: one sequential run
+    CHECK(prefetch_pays(256, 4096, 100, false) == intel);  // 1 MiB: on Intel only
+    CHECK(prefetch_pays(256, wide / 256, 200, false) == intel);  // rows of 128 B or more: Intel only
+    CHECK_FALSE(prefetch_pays(256, 4095, 200, false));  // a span under 1 MiB: cached
+    CHECK_FALSE(prefetch_pays(256, wide / 256, 100, true));  // streaming stores read nothing first
+    CHECK_FALSE(prefetch_pays(32, wide, 16, false));  // rows sharing lines: the hardware's
+    CHECK_FALSE(prefetch_pays(128, wide, 128, false));  // no gaps: one sequential run
     // Row counts that leave a partial last batch and a last batch shorter than the prefetch
     // distance, rows from 1 byte to several lines at odd strides (row starts at every offset in
     // a line; rows past the 1 KiB that is prefetched): each row lands in place and the gaps keep
     // their bytes, through rows_prefetched itself (both prefetch localities) on every CPU and
     // through unpack_host (which takes it where prefetch_pays on this CPU; the last two shapes on
     // every CPU with AVX-512 or on Intel).
-    struct shape { std::int64_t len, stride, rows; };
-    for (const shape sh : {shape{1, 64, 20000}, shape{8, 512, 2 * prefetch_batch * 1000 + 3},
-                           shape{63, 130, 9000}, shape{200, 264, 4000 + prefetch_batch + 1},
-                           shape{1000, 1096, 1000}, shape{3000, 3100, 400}, shape{64, 128, 8192},
-                           shape{8, 512, wide / 512 + prefetch_batch + 5}, shape{100, 260, wide / 260 + 7}}) {
+    struct shape {
+        std::int64_t len, stride, rows;
+    };
+    for (const shape sh :
+         {shape{1, 64, 20000}, shape{8, 512, 2 * prefetch_batch * 1000 + 3}, shape{63, 130, 9000},
+          shape{200, 264, 4000 + prefetch_batch + 1}, shape{1000, 1096, 1000}, shape{3000, 3100, 400},
+          shape{64, 128, 8192}, shape{8, 512, wide / 512 + prefetch_batch + 5}, shape{100, 260, wide / 260 + 7}}) {
         CAPTURE(sh.len);
         CAPTURE(sh.stride);
         CAPTURE(sh.rows);
-        REQUIRE(prefetch_pays(sh.stride, sh.rows, sh.len, false) == (intel || (wide_short && sh.stride * sh.rows >= wide)));
+        REQUIRE(prefetch_pays(sh.stride, sh.rows, sh.len, false) ==
+                (intel || (wide_short && sh.stride * sh.rows >= wide)));
         const strided_rows c(sh.len, sh.stride, sh.rows);
         REQUIRE_FALSE(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores());
         std::vector<std::byte> direct(c.typed.size(), strided_rows::gap), direct_l2(direct);
@@ -392,7 +398,8 @@ TEST_CASE("host packer: unpacking rows a batch behind their prefetches scatters 
         for (std::int64_t i = 0; i < c.extent; ++i) {
             const std::int64_t row = i / sh.stride, in = i % sh.stride, at = row * sh.len + in;
             const bool mine = in < sh.len && at >= lo && at < lo + n;
-            wrong += part[static_cast<std::size_t>(i)] != (mine ? c.typed[static_cast<std::size_t>(i)] : strided_rows::gap);
+            wrong +=
+                part[static_cast<std::size_t>(i)] != (mine ? c.typed[static_cast<std::size_t>(i)] : strided_rows::gap);
         }
         CHECK(wrong == 0);
     }
@@ -404,9 +411,9 @@ TEST_CASE("host packer: short rows in cache lines of their own gather like the i
     // inside rows.
     constexpr std::int64_t len = 3, stride = 4160, rows = 2048;
     REQUIRE(shunt::detail::sparse_gather(stride, rows, len));
-    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, 64, len));          // cached
-    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows * 16, len));   // beyond 64 MiB
-    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows, 32));         // long rows
+    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, 64, len));  // cached
+    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows * 16, len));  // beyond 64 MiB
+    REQUIRE_FALSE(shunt::detail::sparse_gather(stride, rows, 32));  // long rows
     // Closer rows, the same span: the calls only from this CPU's stride (512 or 4096 bytes).
     const std::int64_t from = shunt::detail::sparse_gather_stride();
     REQUIRE((from == 512 || from == 4096));
@@ -451,13 +458,16 @@ TEST_CASE("host packer: planes of rows (a halo face) pack and unpack as their ro
     // every other plane off the alignment the tiny gather needs (those planes take the whole
     // choice on their own); a plane of 3 rows as in a halo face; windows that start and end
     // inside rows and planes.
-    struct shape { std::int64_t len, stride, rows, planes, plane_stride; };
+    struct shape {
+        std::int64_t len, stride, rows, planes, plane_stride;
+    };
     for (const bool masked : {true, false}) {
         shunt::detail::masked_blocks_allowed = masked;
-        for (const shape sh : {shape{1, 2, 200, 5, 401}, shape{2, 4, 64, 6, 259}, shape{2, 8, 40, 4, 330},
-                               shape{4, 8, 33, 7, 267}, shape{4, 16, 20, 5, 321}, shape{8, 16, 20, 4, 333},
-                               shape{3, 8, 30, 4, 250}, shape{24, 40, 3, 9, 131}, shape{64, 72, 3, 8, 229},
-                               shape{100, 104, 5, 3, 530}, shape{300, 312, 3, 6, 1000}, shape{1024, 1072, 3, 5, 3300}}) {
+        for (const shape sh :
+             {shape{1, 2, 200, 5, 401}, shape{2, 4, 64, 6, 259}, shape{2, 8, 40, 4, 330}, shape{4, 8, 33, 7, 267},
+              shape{4, 16, 20, 5, 321}, shape{8, 16, 20, 4, 333}, shape{3, 8, 30, 4, 250}, shape{24, 40, 3, 9, 131},
+              shape{64, 72, 3, 8, 229}, shape{100, 104, 5, 3, 530}, shape{300, 312, 3, 6, 1000},
+              shape{1024, 1072, 3, 5, 3300}}) {
             CAPTURE(masked);
             CAPTURE(sh.len);
             CAPTURE(sh.stride);
@@ -536,10 +546,10 @@ TEST_CASE("host packer: a decoded type's overloads give the layout overloads' by
 TEST_CASE("host packer: the streaming-store threshold follows the last-level cache") {
     using shunt::detail::stream_store_threshold;
     constexpr std::int64_t mib = std::int64_t{1} << 20;
-    CHECK(stream_store_threshold(480 * mib, 2) == 180 * mib);   // the development machine
-    CHECK(stream_store_threshold(32 * mib, 32) == 16 * mib);    // a small share: the floor
+    CHECK(stream_store_threshold(480 * mib, 2) == 180 * mib);  // the development machine
+    CHECK(stream_store_threshold(32 * mib, 32) == 16 * mib);  // a small share: the floor
     CHECK(stream_store_threshold(256 * mib, 8) == 24 * mib);
-    CHECK(stream_store_threshold(0, 8) == 16 * mib);            // unknown: the floor
+    CHECK(stream_store_threshold(0, 8) == 16 * mib);  // unknown: the floor
     CHECK(stream_store_threshold(256 * mib, -1) == 16 * mib);
     CHECK(shunt::detail::stream_store_bytes() >= 16 * mib);
 }
@@ -555,9 +565,9 @@ TEST_CASE("host packer: long rows written past stream_store_bytes go through str
     const strided_rows c(len, stride, rows);
     REQUIRE(shunt::detail::pack_program(c.form, c.extent, 1).stream_stores());
     // The same rows in a call that writes less stay in the cache.
-    REQUIRE_FALSE(shunt::detail::pack_program(shunt::make_hvector(rows / 2, len, stride, byte_form, 1),
-                                              rows / 2 * stride, 1)
-                      .stream_stores());
+    REQUIRE_FALSE(
+        shunt::detail::pack_program(shunt::make_hvector(rows / 2, len, stride, byte_form, 1), rows / 2 * stride, 1)
+            .stream_stores());
     std::vector<std::byte> packed(c.expect.size() + 1);
     // A packed stream one byte past an aligned start, so its rows' heads differ from the typed ones.
     CHECK(shunt::pack_host(c.form, c.extent, 1, c.typed.data(), packed.data() + 1) == rows * len);
@@ -626,8 +636,8 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
                     if (len == 2 && shunt::detail::masked_blocks_available()) {
                         std::fill(back.begin(), back.end(), strided_rows::gap);
                         std::memcpy(typed.data, back.data(), span);
-                        (ratio == 2 ? shunt::detail::rows_lanes<false, 2, 2> : shunt::detail::rows_lanes<false, 2, 4>)(
-                            typed.data, packed.data, rows);
+                        (ratio == 2 ? shunt::detail::rows_lanes<false, 2, 2>
+                                    : shunt::detail::rows_lanes<false, 2, 4>)(typed.data, packed.data, rows);
                         std::memcpy(back.data(), typed.data, span);
                         CHECK(c.wrong_after_unpack(back) == 0);
                     }
@@ -639,8 +649,8 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
                         if (len == 1)
                             shunt::detail::rows_lanes_avx2<1, 2>(typed.data, packed.data, rows);
                         else
-                            (ratio == 2 ? shunt::detail::rows_lanes_avx2<2, 2> : shunt::detail::rows_lanes_avx2<2, 4>)(
-                                typed.data, packed.data, rows);
+                            (ratio == 2 ? shunt::detail::rows_lanes_avx2<2, 2>
+                                        : shunt::detail::rows_lanes_avx2<2, 4>)(typed.data, packed.data, rows);
                         CHECK(std::memcmp(packed.data, c.expect.data(), c.expect.size()) == 0);
                     }
 #endif
@@ -657,11 +667,11 @@ TEST_CASE("host packer: rows of 1-8 bytes at 2 and 4 times their length, by lane
                             std::memcpy(typed.data, back.data(), span);
                             const std::byte* in = stream.data + off;
                             if (len == 1)
-                                (ratio == 2 ? shunt::detail::unpack_narrow<1, 2> : shunt::detail::unpack_narrow<1, 4>)(
-                                    typed.data, in, rows);
+                                (ratio == 2 ? shunt::detail::unpack_narrow<1, 2>
+                                            : shunt::detail::unpack_narrow<1, 4>)(typed.data, in, rows);
                             else
-                                (ratio == 2 ? shunt::detail::unpack_narrow<2, 4> : shunt::detail::unpack_narrow<2, 8>)(
-                                    typed.data, in, rows);
+                                (ratio == 2 ? shunt::detail::unpack_narrow<2, 4>
+                                            : shunt::detail::unpack_narrow<2, 8>)(typed.data, in, rows);
                             std::memcpy(back.data(), typed.data, span);
                             CHECK(c.wrong_after_unpack(back) == 0);
                         }
@@ -720,7 +730,8 @@ TEST_CASE("host packer: irregular blocks and odd-length long rows touch their ow
     REQUIRE(close.size() >= 64);
     REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(close.data(), close.size()));
     REQUIRE_FALSE(shunt::detail::prefetch_blocks_pay(forms[8].blocks.data(), 63));
-    for (const std::int64_t len : {65, 100, 127, 129, 200, 255, 256, 263, 384, 511, 700, 1000, 4000}) forms.push_back(shunt::make_hvector(50, len, len + 7, byte_form, 1));
+    for (const std::int64_t len : {65, 100, 127, 129, 200, 255, 256, 263, 384, 511, 700, 1000, 4000})
+        forms.push_back(shunt::make_hvector(50, len, len + 7, byte_form, 1));
     for (const bool masked : {true, false}) {
         shunt::detail::masked_blocks_allowed = masked;
         for (std::size_t f = 0; f < forms.size(); ++f) {
@@ -764,113 +775,113 @@ TEST_CASE("host packer: small irregular blocks across separate mappings, whole a
         return static_cast<std::int64_t>((seed >> 33) % static_cast<std::uint64_t>(n));
     };
     for (const std::int64_t longest : {15, 31, 47})
-    for (const bool closed : {true, false}) {
-        const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-        guarded first(8 * page), second(2 * page);
-        const std::int64_t apart = second.data - first.data;  // may be negative
-        std::vector<block> blocks;
-        // First mapping: blocks up to its end, crowding each page's last 32 bytes.
-        std::int64_t at = 0;
-        while (true) {
-            const std::int64_t len = 1 + next(longest);
-            std::int64_t gap = 1 + next(24);
-            const std::int64_t in_page = (at + gap) % static_cast<std::int64_t>(page);
-            if (next(20) == 0 && in_page < static_cast<std::int64_t>(page) - 40)
-                gap += static_cast<std::int64_t>(page) - 32 + next(31) - in_page;  // into the last 32 bytes
-            if (at + gap + len + 40 > static_cast<std::int64_t>(8 * page)) break;
-            at += gap;
-            blocks.push_back({at, len});
-            at += len;
-        }
-        const std::int64_t closing = 1 + next(longest);
-        blocks.push_back({static_cast<std::int64_t>(8 * page) - closing, closing});  // ends at the guard
-        const std::size_t in_first = blocks.size();
-        for (at = next(16); at < static_cast<std::int64_t>(2 * page) - 64;) {
-            const std::int64_t len = 1 + next(longest);
-            blocks.push_back({apart + at, len});
-            at += len + 1 + next(24);
-        }
-        // Closed: the list's last block ends at the second guard page too. Open: it ends
-        // mid-page, where only the packed stream's end bounds the last blocks' stores.
-        const std::int64_t closing2 = 1 + next(longest);
-        if (closed) blocks.push_back({apart + static_cast<std::int64_t>(2 * page) - closing2, closing2});
-        // Source bytes and the expected stream.
-        for (std::size_t i = 0; i < 8 * page; ++i) first.data[i] = static_cast<std::byte>(i * 7 + 1);
-        for (std::size_t i = 0; i < 2 * page; ++i) second.data[i] = static_cast<std::byte>(i * 13 + 5);
-        std::vector<std::byte> expect;
-        for (const block& b : blocks)
-            for (std::int64_t k = 0; k < b.length; ++k) expect.push_back(first.data[b.offset + k]);
-        const auto size = static_cast<std::int64_t>(expect.size());
-        REQUIRE(size <= shunt::detail::overwide_mean_bytes * static_cast<std::int64_t>(blocks.size()));
-        REQUIRE(in_first > 50);
-        std::size_t near_end = 0;  // blocks of the first mapping whose 32-byte load would cross a page
-        for (std::size_t i = 0; i < in_first; ++i)
-            near_end += blocks[i].offset % static_cast<std::int64_t>(page) > static_cast<std::int64_t>(page) - 32;
-        REQUIRE(near_end >= 4);
-        const layout form{{}, blocks};
-        // Two passes too (an hvector of the list, the second pass at the same bytes: a zero
-        // stride), so that a pass's over-wide stores could reach into the next pass's bytes.
-        const layout twice = shunt::make_hvector(2, 1, 0, form, 1);
-        for (const bool masked : {true, false}) {
-            shunt::detail::masked_blocks_allowed = masked;
-            CAPTURE(masked);
-            CAPTURE(longest);
-            CAPTURE(closed);
-            {
-                guarded packed(expect.size());
-                CHECK(shunt::pack_host(form, 1, 1, first.data, packed.data) == size);
-                CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
+        for (const bool closed : {true, false}) {
+            const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+            guarded first(8 * page), second(2 * page);
+            const std::int64_t apart = second.data - first.data;  // may be negative
+            std::vector<block> blocks;
+            // First mapping: blocks up to its end, crowding each page's last 32 bytes.
+            std::int64_t at = 0;
+            while (true) {
+                const std::int64_t len = 1 + next(longest);
+                std::int64_t gap = 1 + next(24);
+                const std::int64_t in_page = (at + gap) % static_cast<std::int64_t>(page);
+                if (next(20) == 0 && in_page < static_cast<std::int64_t>(page) - 40)
+                    gap += static_cast<std::int64_t>(page) - 32 + next(31) - in_page;  // into the last 32 bytes
+                if (at + gap + len + 40 > static_cast<std::int64_t>(8 * page)) break;
+                at += gap;
+                blocks.push_back({at, len});
+                at += len;
             }
-            {
-                guarded packed(2 * expect.size());
-                CHECK(shunt::pack_host(twice, 1, 1, first.data, packed.data) == 2 * size);
-                CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
-                CHECK(std::memcmp(packed.data + size, expect.data(), expect.size()) == 0);
+            const std::int64_t closing = 1 + next(longest);
+            blocks.push_back({static_cast<std::int64_t>(8 * page) - closing, closing});  // ends at the guard
+            const std::size_t in_first = blocks.size();
+            for (at = next(16); at < static_cast<std::int64_t>(2 * page) - 64;) {
+                const std::int64_t len = 1 + next(longest);
+                blocks.push_back({apart + at, len});
+                at += len + 1 + next(24);
             }
-            {
-                // Unpacked back into mappings of `gap` bytes: the blocks come back, the gaps stay
-                // (blocks_unpack_short where AVX-512 is absent).
-                constexpr std::byte gap{0xa5};
-                std::vector<std::byte> keep_first(first.data, first.data + 8 * page),
-                    keep_second(second.data, second.data + 2 * page);
-                std::memset(first.data, static_cast<int>(gap), 8 * page);
-                std::memset(second.data, static_cast<int>(gap), 2 * page);
-                guarded packed(expect.size());
-                std::memcpy(packed.data, expect.data(), expect.size());
-                CHECK(shunt::unpack_host(form, 1, 1, packed.data, first.data) == size);
-                std::vector<char> inside(10 * page, 0);  // first's bytes, then second's
-                for (const block& b : blocks)
-                    for (std::int64_t k = 0; k < b.length; ++k) {
-                        const std::int64_t o = b.offset + k;
-                        inside[static_cast<std::size_t>(o >= 0 && o < static_cast<std::int64_t>(8 * page)
-                                                            ? o
-                                                            : 8 * static_cast<std::int64_t>(page) + o - apart)] = 1;
-                    }
-                std::int64_t wrong = 0;
-                for (std::size_t i = 0; i < 10 * page; ++i) {
-                    const std::byte got = i < 8 * page ? first.data[i] : second.data[i - 8 * page];
-                    const std::byte was = i < 8 * page ? keep_first[i] : keep_second[i - 8 * page];
-                    wrong += got != (inside[i] ? was : gap);
+            // Closed: the list's last block ends at the second guard page too. Open: it ends
+            // mid-page, where only the packed stream's end bounds the last blocks' stores.
+            const std::int64_t closing2 = 1 + next(longest);
+            if (closed) blocks.push_back({apart + static_cast<std::int64_t>(2 * page) - closing2, closing2});
+            // Source bytes and the expected stream.
+            for (std::size_t i = 0; i < 8 * page; ++i) first.data[i] = static_cast<std::byte>(i * 7 + 1);
+            for (std::size_t i = 0; i < 2 * page; ++i) second.data[i] = static_cast<std::byte>(i * 13 + 5);
+            std::vector<std::byte> expect;
+            for (const block& b : blocks)
+                for (std::int64_t k = 0; k < b.length; ++k) expect.push_back(first.data[b.offset + k]);
+            const auto size = static_cast<std::int64_t>(expect.size());
+            REQUIRE(size <= shunt::detail::overwide_mean_bytes * static_cast<std::int64_t>(blocks.size()));
+            REQUIRE(in_first > 50);
+            std::size_t near_end = 0;  // blocks of the first mapping whose 32-byte load would cross a page
+            for (std::size_t i = 0; i < in_first; ++i)
+                near_end += blocks[i].offset % static_cast<std::int64_t>(page) > static_cast<std::int64_t>(page) - 32;
+            REQUIRE(near_end >= 4);
+            const layout form{{}, blocks};
+            // Two passes too (an hvector of the list, the second pass at the same bytes: a zero
+            // stride), so that a pass's over-wide stores could reach into the next pass's bytes.
+            const layout twice = shunt::make_hvector(2, 1, 0, form, 1);
+            for (const bool masked : {true, false}) {
+                shunt::detail::masked_blocks_allowed = masked;
+                CAPTURE(masked);
+                CAPTURE(longest);
+                CAPTURE(closed);
+                {
+                    guarded packed(expect.size());
+                    CHECK(shunt::pack_host(form, 1, 1, first.data, packed.data) == size);
+                    CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
                 }
-                CHECK(wrong == 0);
-                std::memcpy(first.data, keep_first.data(), 8 * page);
-                std::memcpy(second.data, keep_second.data(), 2 * page);
-            }
-            for (const std::int64_t from : {std::int64_t{0}, std::int64_t{1}, size / 3, size - 40})
-                for (const std::int64_t bytes : {std::int64_t{1}, std::int64_t{33}, size / 2, 2 * size - from}) {
-                    CAPTURE(from);
-                    CAPTURE(bytes);
-                    const std::int64_t got = std::min(bytes, 2 * size - from);
-                    guarded packed(static_cast<std::size_t>(got));
-                    CHECK(shunt::pack_host(twice, 1, 1, first.data, packed.data, from, bytes) == got);
+                {
+                    guarded packed(2 * expect.size());
+                    CHECK(shunt::pack_host(twice, 1, 1, first.data, packed.data) == 2 * size);
+                    CHECK(std::memcmp(packed.data, expect.data(), expect.size()) == 0);
+                    CHECK(std::memcmp(packed.data + size, expect.data(), expect.size()) == 0);
+                }
+                {
+                    // Unpacked back into mappings of `gap` bytes: the blocks come back, the gaps stay
+                    // (blocks_unpack_short where AVX-512 is absent).
+                    constexpr std::byte gap{0xa5};
+                    std::vector<std::byte> keep_first(first.data, first.data + 8 * page),
+                        keep_second(second.data, second.data + 2 * page);
+                    std::memset(first.data, static_cast<int>(gap), 8 * page);
+                    std::memset(second.data, static_cast<int>(gap), 2 * page);
+                    guarded packed(expect.size());
+                    std::memcpy(packed.data, expect.data(), expect.size());
+                    CHECK(shunt::unpack_host(form, 1, 1, packed.data, first.data) == size);
+                    std::vector<char> inside(10 * page, 0);  // first's bytes, then second's
+                    for (const block& b : blocks)
+                        for (std::int64_t k = 0; k < b.length; ++k) {
+                            const std::int64_t o = b.offset + k;
+                            inside[static_cast<std::size_t>(o >= 0 && o < static_cast<std::int64_t>(8 * page)
+                                                                ? o
+                                                                : 8 * static_cast<std::int64_t>(page) + o - apart)] = 1;
+                        }
                     std::int64_t wrong = 0;
-                    for (std::int64_t k = 0; k < got; ++k)
-                        wrong += packed.data[k] != expect[static_cast<std::size_t>((from + k) % size)];
+                    for (std::size_t i = 0; i < 10 * page; ++i) {
+                        const std::byte got = i < 8 * page ? first.data[i] : second.data[i - 8 * page];
+                        const std::byte was = i < 8 * page ? keep_first[i] : keep_second[i - 8 * page];
+                        wrong += got != (inside[i] ? was : gap);
+                    }
                     CHECK(wrong == 0);
+                    std::memcpy(first.data, keep_first.data(), 8 * page);
+                    std::memcpy(second.data, keep_second.data(), 2 * page);
                 }
+                for (const std::int64_t from : {std::int64_t{0}, std::int64_t{1}, size / 3, size - 40})
+                    for (const std::int64_t bytes : {std::int64_t{1}, std::int64_t{33}, size / 2, 2 * size - from}) {
+                        CAPTURE(from);
+                        CAPTURE(bytes);
+                        const std::int64_t got = std::min(bytes, 2 * size - from);
+                        guarded packed(static_cast<std::size_t>(got));
+                        CHECK(shunt::pack_host(twice, 1, 1, first.data, packed.data, from, bytes) == got);
+                        std::int64_t wrong = 0;
+                        for (std::int64_t k = 0; k < got; ++k)
+                            wrong += packed.data[k] != expect[static_cast<std::size_t>((from + k) % size)];
+                        CHECK(wrong == 0);
+                    }
+            }
+            shunt::detail::masked_blocks_allowed = true;
         }
-        shunt::detail::masked_blocks_allowed = true;
-    }
 }
 
 TEST_CASE("host packer: unpack_short writes exactly the block, for every length from 1 to 16") {
@@ -887,7 +898,8 @@ TEST_CASE("host packer: unpack_short writes exactly the block, for every length 
             std::int64_t wrong = 0;
             for (std::int64_t i = 0; i < 40; ++i) {
                 const std::int64_t k = i - 8 - shift;
-                wrong += typed[static_cast<std::size_t>(i)] != (k >= 0 && k < len ? static_cast<std::byte>(k + 1) : gap);
+                wrong +=
+                    typed[static_cast<std::size_t>(i)] != (k >= 0 && k < len ? static_cast<std::byte>(k + 1) : gap);
             }
             CHECK(wrong == 0);
         }

@@ -11,6 +11,7 @@
 #include <shunt/plan/planner.hpp>
 #include <shunt/topology/hierarchy.hpp>
 
+#include <sys/stat.h>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,7 +20,6 @@
 #include <limits>
 #include <memory>
 #include <string>
-#include <sys/stat.h>
 
 using namespace shunt;
 
@@ -47,9 +47,7 @@ struct temp_dir {
     }
 };
 
-void write_file(const std::string& path, const std::string& text) {
-    std::ofstream(path) << text;
-}
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
 }  // namespace
 
@@ -201,8 +199,8 @@ TEST_CASE("device method: chosen from hand-set tables, ties to the fixed rule") 
     c = price_device_paths(slow_d2h, 64, kib * kib, false, false);
     CHECK(cheapest_device_path(c, device_path::staged, false) == device_path::one_shot);
     c = price_device_paths(slow_d2h, 64, kib * kib, true, false);
-    CHECK(c[device_path::staged] == approx(slow_d2h.predict_device_pack(false, 64, kib * kib) +
-                                           slow_d2h.predict("copy.h2d", kib * kib)));
+    CHECK(c[device_path::staged] ==
+          approx(slow_d2h.predict_device_pack(false, 64, kib * kib) + slow_d2h.predict("copy.h2d", kib * kib)));
 
     // Equal predictions keep the fixed rule's choice.
     device_path_costs tie;
@@ -240,7 +238,7 @@ TEST_CASE("model file round trip, written atomically and readable by the user on
     m.id = {"hostA", "none", "Open MPI v4.1.4"};
     m.set("copy.memcpy", time_table({{1024, 1e-7, 1e-9}, {1 << 20, 1e-4, 1e-6}}));
     save_model(m, path);
-    struct stat st{};
+    struct stat st {};
     REQUIRE(::stat(path.c_str(), &st) == 0);
     CHECK((st.st_mode & 0777) == 0600);
     const auto r = load_model(path, &m.id);
@@ -271,9 +269,10 @@ TEST_CASE("missing, corrupt, stale and foreign model files are diagnosed, never 
     write_file(dir + "/stale.json", "{\"schema\":\"shunt-model\",\"version\":0,\"identity\":{},\"tables\":{}}");
     CHECK(load_model(dir + "/stale.json", &me).problem.find("stale") != std::string::npos);
 
-    write_file(dir + "/badentry.json",
-               "{\"schema\":\"shunt-model\",\"version\":1,\"identity\":{\"host\":\"hostA\",\"gpu\":\"none\",\"mpi\":\"mpi\"},"
-               "\"tables\":{\"copy.memcpy\":[[1024,-5,0]]}}");
+    write_file(
+        dir + "/badentry.json",
+        "{\"schema\":\"shunt-model\",\"version\":1,\"identity\":{\"host\":\"hostA\",\"gpu\":\"none\",\"mpi\":\"mpi\"},"
+        "\"tables\":{\"copy.memcpy\":[[1024,-5,0]]}}");
     CHECK(load_model(dir + "/badentry.json", &me).problem.find("out-of-range") != std::string::npos);
 
     cost_model foreign;
@@ -614,7 +613,8 @@ TEST_CASE("pack planner: the verdict favours the library within the margin and s
     // Beating it by more than the margin keeps shunt's packer.
     const type_info u = rows_info(8192, 8, 80);
     warm_up(p, u);
-    for (int i = 0; i < 2 * planner::measure_trials; ++i) timed_call(p, u, 100e-6, 100e-6 * (1 - 2 * planner::measure_margin));
+    for (int i = 0; i < 2 * planner::measure_trials; ++i)
+        timed_call(p, u, 100e-6, 100e-6 * (1 - 2 * planner::measure_margin));
     CHECK(p.decision(planner::key_of(u, 1, false)).method() == "host");
     CHECK(second_look(p, u, host, 100e-6, 100e-6 * (1 - 2 * planner::measure_margin)));
     CHECK(pack_call(p, u).d.method() == "host");
@@ -662,7 +662,7 @@ TEST_CASE("pack planner: a clear win of the model's choice settles at once; nois
     const type_info clear = rows_info(8192, 8, 32);
     warm_up(p, clear);
     CHECK_FALSE(timed_call(p, clear, 50e-6, 10e-6));  // the library
-    CHECK(timed_call(p, clear, 50e-6, 10e-6));        // shunt, 5x faster: settled after one each
+    CHECK(timed_call(p, clear, 50e-6, 10e-6));  // shunt, 5x faster: settled after one each
     CHECK(pack_call(p, clear).d.method() == "host");
 
     // The model's choice slow once (a preempted call, say): no early verdict against it.
@@ -760,7 +760,7 @@ TEST_CASE("pack planner: the counts of one type are one class, measured once, pe
     }
     REQUIRE(settled);
     CHECK(p.decision(planner::key_of(b, 1, false)).method() == "library");  // the key that decided it
-    CHECK_FALSE(p.decision(planner::key_of(a, 1, false)).measured);         // the other: on its next call
+    CHECK_FALSE(p.decision(planner::key_of(a, 1, false)).measured);  // the other: on its next call
     // 4% is close: the second look (here on the smaller count alone) confirms it.
     REQUIRE(second_look(p, a, lib, 65536 * per_byte, 65536 * per_byte * 1.04));
     CHECK(p.decision(planner::key_of(b, 1, false)).measuring);  // settled on its next call

@@ -154,8 +154,8 @@ inline type_node decode_node(MPI_Datatype t, int depth, std::size_t& nodes) {
 #if MPI_VERSION >= 4
     MPI_Count no_count = 0;
     MPI_Count* counts = n.large_counts.empty() ? &no_count : n.large_counts.data();
-    SHUNT_CHECK_MPI(PMPI_Type_get_contents_c(t, e.ints, e.addresses, e.large_counts, e.types, ints, addresses,
-                                             counts, types));
+    SHUNT_CHECK_MPI(
+        PMPI_Type_get_contents_c(t, e.ints, e.addresses, e.large_counts, e.types, ints, addresses, counts, types));
 #else
     SHUNT_CHECK_MPI(PMPI_Type_get_contents(t, static_cast<int>(e.ints), static_cast<int>(e.addresses),
                                            static_cast<int>(e.types), ints, addresses, types));
@@ -177,12 +177,8 @@ public:
     std::int64_t c(std::size_t k) const { return get(n_.large_counts, k); }
     /// entries [from, from + n) of ints, addresses or large counts, as 64-bit values.
     std::vector<std::int64_t> ints(std::size_t from, std::int64_t n) const { return range(n_.ints, from, n); }
-    std::vector<std::int64_t> addresses(std::size_t from, std::int64_t n) const {
-        return range(n_.addresses, from, n);
-    }
-    std::vector<std::int64_t> counts(std::size_t from, std::int64_t n) const {
-        return range(n_.large_counts, from, n);
-    }
+    std::vector<std::int64_t> addresses(std::size_t from, std::int64_t n) const { return range(n_.addresses, from, n); }
+    std::vector<std::int64_t> counts(std::size_t from, std::int64_t n) const { return range(n_.large_counts, from, n); }
     const type_node& child(std::size_t k) const {
         if (k >= n_.children.size()) throw unsupported("datatype contents lack a child type");
         return n_.children[k];
@@ -221,8 +217,9 @@ inline layout pair_layout() {
         A a;
         int b;
     };
-    return simplify({{}, {{0, static_cast<std::int64_t>(sizeof(A))},
-                          {static_cast<std::int64_t>(offsetof(pair, b)), static_cast<std::int64_t>(sizeof(int))}}});
+    return simplify({{},
+                     {{0, static_cast<std::int64_t>(sizeof(A))},
+                      {static_cast<std::int64_t>(offsetof(pair, b)), static_cast<std::int64_t>(sizeof(int))}}});
 }
 
 inline layout predefined_layout(const type_node& n) {
@@ -306,9 +303,7 @@ inline layout to_layout(const type_node& n) {
         case MPI_COMBINER_NAMED:
         case MPI_COMBINER_F90_REAL:
         case MPI_COMBINER_F90_COMPLEX:
-        case MPI_COMBINER_F90_INTEGER:
-            l = detail::predefined_layout(n);
-            break;
+        case MPI_COMBINER_F90_INTEGER: l = detail::predefined_layout(n); break;
         case MPI_COMBINER_DUP:
         case MPI_COMBINER_RESIZED:  // bounds only; the bytes are the child's
             l = to_layout(arg.child(0));
@@ -345,7 +340,7 @@ inline layout to_layout(const type_node& n) {
             const std::int64_t count = detail::nonnegative(large ? arg.c(0) : arg.i(0), "count");
             const std::size_t k = static_cast<std::size_t>(count);
             const auto lengths = large ? arg.counts(1, count) : arg.ints(1, count);
-            auto displs = large ? arg.counts(1 + k, count)
+            auto displs = large                                ? arg.counts(1 + k, count)
                           : n.combiner == MPI_COMBINER_INDEXED ? arg.ints(1 + k, count)
                                                                : arg.addresses(0, count);
             if (n.combiner == MPI_COMBINER_INDEXED) displs = detail::scaled(std::move(displs), c.extent);
@@ -358,7 +353,7 @@ inline layout to_layout(const type_node& n) {
             const type_node& c = arg.child(0);
             const std::int64_t count = detail::nonnegative(large ? arg.c(0) : arg.i(0), "count");
             const std::int64_t blocklength = detail::nonnegative(large ? arg.c(1) : arg.i(1), "block length");
-            auto displs = large ? arg.counts(2, count)
+            auto displs = large                                      ? arg.counts(2, count)
                           : n.combiner == MPI_COMBINER_INDEXED_BLOCK ? arg.ints(2, count)
                                                                      : arg.addresses(0, count);
             if (n.combiner == MPI_COMBINER_INDEXED_BLOCK) displs = detail::scaled(std::move(displs), c.extent);
@@ -424,8 +419,7 @@ inline layout to_layout(const type_node& n) {
             l = make_darray(rank, dims, order_c, to_layout(c), c.extent);
             break;
         }
-        default:
-            throw unsupported("datatype combiner " + std::to_string(n.combiner) + " is not known to shunt");
+        default: throw unsupported("datatype combiner " + std::to_string(n.combiner) + " is not known to shunt");
     }
     if (l.size() != n.size)
         throw unsupported("decoded datatype packs " + std::to_string(l.size()) + " bytes where MPI says " +

@@ -133,8 +133,9 @@ inline layout simplify(layout l) {
     if (!l.dims.empty()) {
         std::size_t total = l.blocks.size();
         for (const auto& d : l.dims)
-            total = static_cast<std::size_t>(d.count) > canonical_flatten_limit ? canonical_flatten_limit + 1
-                                                                               : std::min(total * static_cast<std::size_t>(d.count), canonical_flatten_limit + 1);
+            total = static_cast<std::size_t>(d.count) > canonical_flatten_limit
+                        ? canonical_flatten_limit + 1
+                        : std::min(total * static_cast<std::size_t>(d.count), canonical_flatten_limit + 1);
         if (total <= canonical_flatten_limit) l = layout{{}, flatten(l)};
     }
     for (bool changed = true; changed;) {
@@ -219,39 +220,36 @@ inline layout make_contiguous(std::int64_t count, const layout& child, std::int6
 }
 
 /// MPI_Type_create_hvector(count, blocklength, stride in bytes, child).
-inline layout make_hvector(std::int64_t count, std::int64_t blocklength, std::int64_t stride,
-                           const layout& child, std::int64_t extent) {
+inline layout make_hvector(std::int64_t count, std::int64_t blocklength, std::int64_t stride, const layout& child,
+                           std::int64_t extent) {
     return repeat(repeat(child, blocklength, extent), count, stride);
 }
 
 /// MPI_Type_create_struct: entry i is blocklengths[i] copies of children[i] (extent extents[i])
 /// at byte displacement displs[i]. Also serves hindexed (all children equal).
-inline layout make_struct(std::span<const std::int64_t> blocklengths,
-                          std::span<const std::int64_t> displs, std::span<const layout* const> children,
-                          std::span<const std::int64_t> extents) {
+inline layout make_struct(std::span<const std::int64_t> blocklengths, std::span<const std::int64_t> displs,
+                          std::span<const layout* const> children, std::span<const std::int64_t> extents) {
     const std::size_t n = blocklengths.size();
     // One entry keeps its structure, so a huge strided child is never flattened.
     std::size_t live = 0, last = 0;
     for (std::size_t i = 0; i < n; ++i)
         if (blocklengths[i] > 0 && !children[i]->empty()) ++live, last = i;
     if (live == 0) return {};
-    if (live == 1)
-        return simplify(shift(repeat(*children[last], blocklengths[last], extents[last]), displs[last]));
+    if (live == 1) return simplify(shift(repeat(*children[last], blocklengths[last], extents[last]), displs[last]));
     layout l;
     for (std::size_t i = 0; i < n; ++i) {
         if (blocklengths[i] <= 0 || children[i]->empty()) continue;
         const auto flat = flatten(*children[i]);
         if (flat.size() == 1 && flat[0].length == extents[i]) {  // a dense child: the copies are one run
             if (l.blocks.size() + 1 > max_flat_blocks) throw unsupported("datatype has too many blocks to flatten");
-            l.blocks.push_back({detail::checked_add(displs[i], flat[0].offset),
-                                detail::checked_mul(blocklengths[i], extents[i])});
+            l.blocks.push_back(
+                {detail::checked_add(displs[i], flat[0].offset), detail::checked_mul(blocklengths[i], extents[i])});
             continue;
         }
         if (l.blocks.size() + flat.size() * static_cast<std::size_t>(blocklengths[i]) > max_flat_blocks)
             throw unsupported("datatype has too many blocks to flatten");
         for (std::int64_t j = 0; j < blocklengths[i]; ++j) {
-            const std::int64_t base =
-                detail::checked_add(displs[i], detail::checked_mul(j, extents[i]));
+            const std::int64_t base = detail::checked_add(displs[i], detail::checked_mul(j, extents[i]));
             for (const auto& b : flat) l.blocks.push_back({detail::checked_add(base, b.offset), b.length});
         }
     }
@@ -270,8 +268,8 @@ inline layout make_hindexed(std::span<const std::int64_t> blocklengths, std::spa
         for (std::size_t i = 1; i < n && uniform; ++i)
             uniform = blocklengths[i] == blocklengths[0] && displs[i] - displs[i - 1] == step;
         if (uniform && blocklengths[0] > 0)
-            return simplify(shift(repeat(repeat(child, blocklengths[0], extent), static_cast<std::int64_t>(n), step),
-                                  displs[0]));
+            return simplify(
+                shift(repeat(repeat(child, blocklengths[0], extent), static_cast<std::int64_t>(n), step), displs[0]));
     }
     std::vector<const layout*> children(n, &child);
     std::vector<std::int64_t> extents(n, extent);
@@ -309,8 +307,8 @@ struct darray_dim {
 
 /// MPI_Type_create_darray for process `rank`: processes form a row-major grid over psizes, each
 /// dimension holds the runs of global indices that `rank` owns, in increasing order.
-inline layout make_darray(std::int64_t rank, std::span<const darray_dim> dims, bool order_c,
-                          const layout& child, std::int64_t extent) {
+inline layout make_darray(std::int64_t rank, std::span<const darray_dim> dims, bool order_c, const layout& child,
+                          std::int64_t extent) {
     const std::size_t n = dims.size();
     std::vector<std::int64_t> coords(n);
     for (std::size_t k = n, r = static_cast<std::size_t>(rank); k-- > 0;) {

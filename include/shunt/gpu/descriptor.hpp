@@ -38,7 +38,8 @@ public:
                 changed = false;
                 for (std::size_t k = levels.size(); k-- > 1;) {  // outer tiles inner: one dimension
                     if (levels[k - 1].stride == shunt::detail::checked_mul(levels[k].count, levels[k].stride)) {
-                        levels[k - 1] = {shunt::detail::checked_mul(levels[k - 1].count, levels[k].count), levels[k].stride};
+                        levels[k - 1] = {shunt::detail::checked_mul(levels[k - 1].count, levels[k].count),
+                                         levels[k].stride};
                         levels.erase(levels.begin() + static_cast<std::ptrdiff_t>(k));
                         changed = true;
                     }

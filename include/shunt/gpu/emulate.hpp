@@ -25,7 +25,8 @@ inline void emulate_words(const pack_desc& d, std::uintptr_t typed, std::byte* p
     const bool list = d.nblocks > 1;  // the block-list kernel, else the strided one
     for (std::int64_t t = 0; t < threads; ++t)
         for (std::int64_t j = t; j < words; j += threads)
-            list ? move_word<Word, Pack, true>(d, typed, packed, w, j) : move_word<Word, Pack, false>(d, typed, packed, w, j);
+            list ? move_word<Word, Pack, true>(d, typed, packed, w, j)
+                 : move_word<Word, Pack, false>(d, typed, packed, w, j);
 }
 
 template <bool Pack>
@@ -91,7 +92,8 @@ namespace detail {
 
 /// One emulated fused launch over `items` (blocks find their item by binary search, as on the
 /// device).
-inline void fused_emulated(std::vector<fused_item>& items, std::int64_t block_threads, std::int64_t max_blocks_per_item) {
+inline void fused_emulated(std::vector<fused_item>& items, std::int64_t block_threads,
+                           std::int64_t max_blocks_per_item) {
     const std::int64_t blocks = plan_fused(items, block_threads, max_blocks_per_item);
     std::vector<std::int64_t> begin(items.size());
     for (std::size_t i = 0; i < items.size(); ++i) begin[i] = items[i].block_begin;
@@ -103,10 +105,18 @@ inline void fused_emulated(std::vector<fused_item>& items, std::int64_t block_th
         for (std::int64_t t = 0; t < block_threads; ++t) {
             switch (it.word) {
                 case 16: fused_thread<word16>(it, b - it.block_begin, end - it.block_begin, block_threads, t); break;
-                case 8: fused_thread<std::uint64_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t); break;
-                case 4: fused_thread<std::uint32_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t); break;
-                case 2: fused_thread<std::uint16_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t); break;
-                default: fused_thread<std::uint8_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t); break;
+                case 8:
+                    fused_thread<std::uint64_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t);
+                    break;
+                case 4:
+                    fused_thread<std::uint32_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t);
+                    break;
+                case 2:
+                    fused_thread<std::uint16_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t);
+                    break;
+                default:
+                    fused_thread<std::uint8_t>(it, b - it.block_begin, end - it.block_begin, block_threads, t);
+                    break;
             }
         }
     }

@@ -30,13 +30,13 @@ struct pack_desc {
     const std::int64_t* table = nullptr;
     std::int64_t ndims = 0;
     std::int64_t nblocks = 0;
-    std::int64_t block_bytes = 0;   ///< bytes of one pass over the block list
-    std::int64_t total = 0;         ///< packed bytes of all elements (count * elem_size)
-    std::int64_t elem_size = 0;     ///< MPI_Type_size of one element
-    std::int64_t extent = 0;        ///< extent of one element
-    std::int64_t count = 0;         ///< elements described
-    std::int64_t single_offset = 0; ///< offset of block 0 (the one-block fast path)
-    std::int64_t align = 0;         ///< OR of every stride, block offset and block length
+    std::int64_t block_bytes = 0;  ///< bytes of one pass over the block list
+    std::int64_t total = 0;  ///< packed bytes of all elements (count * elem_size)
+    std::int64_t elem_size = 0;  ///< MPI_Type_size of one element
+    std::int64_t extent = 0;  ///< extent of one element
+    std::int64_t count = 0;  ///< elements described
+    std::int64_t single_offset = 0;  ///< offset of block 0 (the one-block fast path)
+    std::int64_t align = 0;  ///< OR of every stride, block offset and block length
 };
 
 /// Start of the dims triples, the block offsets and the length prefix sums in d.table.
@@ -74,9 +74,10 @@ SHUNT_HD inline std::int64_t typed_offset_as(const pack_desc& d, std::int64_t p)
         const std::int64_t inner = dims[3 * k + 2];
         // 32-bit division where both fit (a few instructions on a GPU, where 64-bit division is
         // a long software sequence); the quotient is the same.
-        const std::int64_t i = (static_cast<std::uint64_t>(p | inner) >> 32) == 0
-                                   ? static_cast<std::int64_t>(static_cast<std::uint32_t>(p) / static_cast<std::uint32_t>(inner))
-                                   : p / inner;
+        const std::int64_t i =
+            (static_cast<std::uint64_t>(p | inner) >> 32) == 0
+                ? static_cast<std::int64_t>(static_cast<std::uint32_t>(p) / static_cast<std::uint32_t>(inner))
+                : p / inner;
         p -= i * inner;
         off += i * dims[3 * k + 1];
     }
@@ -138,11 +139,10 @@ SHUNT_HD inline void copy_word(void* dst, const void* src) {
 /// bytes at stream position w.first + j * sizeof(Word), `packed` pointing at stream byte w.first.
 /// BlockList as in typed_offset_as.
 template <class Word, bool Pack, bool BlockList>
-SHUNT_HD inline void move_word(const pack_desc& d, std::uintptr_t typed, std::byte* packed, window w,
-                               std::int64_t j) {
+SHUNT_HD inline void move_word(const pack_desc& d, std::uintptr_t typed, std::byte* packed, window w, std::int64_t j) {
     const std::int64_t at = j * static_cast<std::int64_t>(sizeof(Word));
-    std::byte* t = reinterpret_cast<std::byte*>(
-        typed + static_cast<std::uintptr_t>(typed_offset_as<BlockList>(d, w.first + at)));
+    std::byte* t =
+        reinterpret_cast<std::byte*>(typed + static_cast<std::uintptr_t>(typed_offset_as<BlockList>(d, w.first + at)));
     if constexpr (Pack)
         copy_word<Word>(packed + at, t);
     else

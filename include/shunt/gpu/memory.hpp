@@ -10,10 +10,10 @@ namespace shunt::gpu {
 
 /// Where the bytes behind a pointer live.
 enum class memory_kind {
-    host,         ///< ordinary (pageable) host memory, or anything CUDA does not know
+    host,  ///< ordinary (pageable) host memory, or anything CUDA does not know
     pinned_host,  ///< page-locked host memory (cudaMallocHost, cudaHostAlloc, cudaHostRegister)
-    device,       ///< device memory (cudaMalloc, cudaMallocAsync, ...)
-    managed,      ///< managed memory (cudaMallocManaged)
+    device,  ///< device memory (cudaMalloc, cudaMallocAsync, ...)
+    managed,  ///< managed memory (cudaMallocManaged)
 };
 
 /// "host", "pinned_host", "device" or "managed".

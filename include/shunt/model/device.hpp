@@ -14,8 +14,8 @@ namespace shunt {
 /// How a device buffer's packed bytes reach the library.
 enum class device_path : std::uint8_t {
     one_shot,  ///< the kernel packs straight into mapped pinned host memory (unpacks out of it)
-    staged,    ///< the kernel packs into device scratch, then a copy to pinned host memory (and back)
-    device,    ///< the kernel packs into device memory handed to a CUDA-aware MPI
+    staged,  ///< the kernel packs into device scratch, then a copy to pinned host memory (and back)
+    device,  ///< the kernel packs into device memory handed to a CUDA-aware MPI
 };
 
 inline constexpr std::string_view to_string(device_path p) {
@@ -49,7 +49,8 @@ inline device_path_costs price_device_paths(const cost_model& m, double block_le
     const double mapped = m.predict_device_pack(true, block_len, bytes);
     const double device = m.predict_device_pack(false, block_len, bytes);
     c.seconds[static_cast<std::size_t>(device_path::one_shot)] = mapped;
-    c.seconds[static_cast<std::size_t>(device_path::staged)] = device + m.predict(receive ? "copy.h2d" : "copy.d2h", bytes);
+    c.seconds[static_cast<std::size_t>(device_path::staged)] =
+        device + m.predict(receive ? "copy.h2d" : "copy.d2h", bytes);
     if (!cuda_aware) return c;
     for (const std::string_view level : {"node", "network", "package"})
         if (m.measured(table_names::p2p(level, "dd"))) {
@@ -57,7 +58,8 @@ inline device_path_costs price_device_paths(const cost_model& m, double block_le
             const double host_p2p = m.predict(table_names::p2p(level, "hh"), bytes);
             c.seconds[static_cast<std::size_t>(device_path::one_shot)] += host_p2p;
             c.seconds[static_cast<std::size_t>(device_path::staged)] += host_p2p;
-            c.seconds[static_cast<std::size_t>(device_path::device)] = device + m.predict(table_names::p2p(level, "dd"), bytes);
+            c.seconds[static_cast<std::size_t>(device_path::device)] =
+                device + m.predict(table_names::p2p(level, "dd"), bytes);
             break;
         }
     return c;

@@ -7,19 +7,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
 #include <fstream>
 #include <optional>
 #include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace shunt {
 
@@ -60,17 +60,21 @@ inline model_load_result model_from_json(const std::string& text, const model_id
             r.problem = "not a shunt model file (no \"schema\": \"shunt-model\")";
             return r;
         }
-        if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int>() != model_schema_version) {
-            r.problem = "stale model file: schema version " + (j.contains("version") ? j["version"].dump() : std::string("missing")) +
-                        ", this shunt reads version " + std::to_string(model_schema_version) + "; run shunt-measure again";
+        if (!j.contains("version") || !j["version"].is_number_integer() ||
+            j["version"].get<int>() != model_schema_version) {
+            r.problem = "stale model file: schema version " +
+                        (j.contains("version") ? j["version"].dump() : std::string("missing")) +
+                        ", this shunt reads version " + std::to_string(model_schema_version) +
+                        "; run shunt-measure again";
             return r;
         }
         cost_model m;
         const auto& id = j.at("identity");
         m.id = {id.at("host").get<std::string>(), id.at("gpu").get<std::string>(), id.at("mpi").get<std::string>()};
         if (expected && !(m.id == *expected)) {
-            r.problem = "foreign model file: measured on host '" + m.id.host + "', GPU '" + m.id.gpu + "', MPI '" + m.id.mpi +
-                        "' but this is host '" + expected->host + "', GPU '" + expected->gpu + "', MPI '" + expected->mpi + "'";
+            r.problem = "foreign model file: measured on host '" + m.id.host + "', GPU '" + m.id.gpu + "', MPI '" +
+                        m.id.mpi + "' but this is host '" + expected->host + "', GPU '" + expected->gpu + "', MPI '" +
+                        expected->mpi + "'";
             return r;
         }
         for (const auto& [name, pts] : j.at("tables").items()) {
@@ -145,7 +149,8 @@ inline void save_model(const cost_model& m, const std::string& path) {
 inline std::string model_file_name(const model_identity& id) {
     auto clean = [](const std::string& s) {
         std::string out;
-        for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+        for (char c : s)
+            out += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
         return out.empty() ? std::string("unknown") : out.substr(0, 80);
     };
     return "model-" + clean(id.host) + "-" + clean(id.mpi) + ".json";
@@ -164,7 +169,8 @@ inline std::string default_model_path(const char* xdg_cache_home, const char* ho
 inline const char* environment_lookup(std::span<const char* const> env, std::string_view name) {
     for (const char* e : env) {
         const std::string_view s = e;
-        if (s.size() > name.size() && s.substr(0, name.size()) == name && s[name.size()] == '=') return e + name.size() + 1;
+        if (s.size() > name.size() && s.substr(0, name.size()) == name && s[name.size()] == '=')
+            return e + name.size() + 1;
     }
     return nullptr;
 }

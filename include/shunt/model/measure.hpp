@@ -21,11 +21,11 @@ namespace shunt {
 
 /// How hard to try for one point.
 struct timing_policy {
-    int warmup = 2;             ///< batches run and discarded first
-    int min_samples = 9;        ///< at least this many batches are kept
-    int max_samples = 60;       ///< and at most this many
-    double batch_s = 50e-6;     ///< each batch repeats the call until it lasts about this long
-    double point_s = 0.02;      ///< stop adding batches once the point has taken this long
+    int warmup = 2;  ///< batches run and discarded first
+    int min_samples = 9;  ///< at least this many batches are kept
+    int max_samples = 60;  ///< and at most this many
+    double batch_s = 50e-6;  ///< each batch repeats the call until it lasts about this long
+    double point_s = 0.02;  ///< stop adding batches once the point has taken this long
 };
 
 /// A quick policy (shunt-measure --quick) and a thorough one (--full).
@@ -94,15 +94,26 @@ inline time_table measure_pack(bool library, bool unpack, std::int64_t block_len
     time_table t;
     for (double size : sizes) {
         const vector_type vt(static_cast<std::int64_t>(size), block_len);
-        std::vector<std::byte> typed(static_cast<std::size_t>(vt.span())), packed(static_cast<std::size_t>(vt.packed()));
+        std::vector<std::byte> typed(static_cast<std::size_t>(vt.span())),
+            packed(static_cast<std::size_t>(vt.packed()));
         for (std::size_t i = 0; i < typed.size(); ++i) typed[i] = static_cast<std::byte>(i * 7);
         const type_info info = decode(vt.get());
         const int psize = static_cast<int>(vt.packed());
         robust_estimate e;
         if (library && !unpack)
-            e = time_call([&] { int pos = 0; PMPI_Pack(typed.data(), 1, vt.get(), packed.data(), psize, &pos, MPI_COMM_SELF); }, p);
+            e = time_call(
+                [&] {
+                    int pos = 0;
+                    PMPI_Pack(typed.data(), 1, vt.get(), packed.data(), psize, &pos, MPI_COMM_SELF);
+                },
+                p);
         else if (library)
-            e = time_call([&] { int pos = 0; PMPI_Unpack(packed.data(), psize, &pos, typed.data(), 1, vt.get(), MPI_COMM_SELF); }, p);
+            e = time_call(
+                [&] {
+                    int pos = 0;
+                    PMPI_Unpack(packed.data(), psize, &pos, typed.data(), 1, vt.get(), MPI_COMM_SELF);
+                },
+                p);
         else if (!unpack)
             e = time_call([&] { pack_host(info, 1, typed.data(), packed.data()); }, p);
         else

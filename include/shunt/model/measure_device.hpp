@@ -39,7 +39,12 @@ inline time_table measure_device_copy(device_copy c, std::span<const double> siz
         const auto src_kind = c == device_copy::h2d ? gpu::pool_kind::pinned : gpu::pool_kind::device;
         const auto dst_kind = c == device_copy::d2h ? gpu::pool_kind::pinned : gpu::pool_kind::device;
         const gpu::scoped_block src(gpu::pool_acquire(src_kind, n)), dst(gpu::pool_acquire(dst_kind, n));
-        const auto e = time_call([&] { gpu::copy(dst.b.ptr, src.b.ptr, n, nullptr); gpu::synchronize(nullptr); }, p);
+        const auto e = time_call(
+            [&] {
+                gpu::copy(dst.b.ptr, src.b.ptr, n, nullptr);
+                gpu::synchronize(nullptr);
+            },
+            p);
         t.set({size, e.value, e.spread});
     }
     return t;
@@ -51,7 +56,12 @@ inline time_table measure_launch(std::span<const double> sizes, const timing_pol
     time_table t;
     for (double size : sizes) {
         const auto threads = static_cast<std::int64_t>(size);
-        const auto e = time_call([&] { gpu::launch_empty(threads, nullptr); gpu::synchronize(nullptr); }, p);
+        const auto e = time_call(
+            [&] {
+                gpu::launch_empty(threads, nullptr);
+                gpu::synchronize(nullptr);
+            },
+            p);
         t.set({size, e.value, e.spread});
     }
     return t;
@@ -82,9 +92,15 @@ inline time_table measure_device_pack(bool mapped, std::int64_t block_len, std::
             gpu::synchronize(nullptr);
         }
         std::int64_t done = 0;
-        const auto e = time_call([&] { done = gpu::pack(form, typed.b.ptr, out.b.ptr, nullptr); gpu::synchronize(nullptr); }, p);
+        const auto e = time_call(
+            [&] {
+                done = gpu::pack(form, typed.b.ptr, out.b.ptr, nullptr);
+                gpu::synchronize(nullptr);
+            },
+            p);
         if (done != vt.packed())
-            throw error("the device kernel packed " + std::to_string(done) + " of " + std::to_string(vt.packed()) + " bytes");
+            throw error("the device kernel packed " + std::to_string(done) + " of " + std::to_string(vt.packed()) +
+                        " bytes");
         t.set({static_cast<double>(vt.packed()), e.value, e.spread});
     }
     return t;

@@ -33,7 +33,8 @@ namespace shunt {
 ///   compress.<name>.<cpu|gpu>                               compressor throughput
 namespace table_names {
 inline std::string pack(bool library, bool unpack, std::int64_t block_len) {
-    return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" + std::to_string(block_len);
+    return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" +
+           std::to_string(block_len);
 }
 /// pack.device.b<L> (`mapped` false) or pack.mapped.b<L>.
 inline std::string device_pack(bool mapped, std::int64_t block_len) {
@@ -42,7 +43,8 @@ inline std::string device_pack(bool mapped, std::int64_t block_len) {
 /// True for the host packers' tables, pack.<shunt|library>.b<L> and unpack.<shunt|library>.b<L>.
 inline bool is_host_pack(std::string_view name) {
     const bool pack = name.starts_with("pack.") || name.starts_with("unpack.");
-    return pack && (name.find(".shunt.b") != std::string_view::npos || name.find(".library.b") != std::string_view::npos);
+    return pack &&
+           (name.find(".shunt.b") != std::string_view::npos || name.find(".library.b") != std::string_view::npos);
 }
 inline std::string p2p(std::string_view level, std::string_view buffers) {
     return "p2p." + std::string(level) + "." + std::string(buffers);
@@ -58,7 +60,7 @@ inline constexpr double measured_win_margin = 0.03;
 /// bandwidth per level, memory bandwidth, PCIe, per-block costs of the packers.
 struct analytic_params {
     double memcpy_bytes_per_s = 8e9;
-    double library_call_s = 150e-9;   // MPI_Pack entry, convertor set-up
+    double library_call_s = 150e-9;  // MPI_Pack entry, convertor set-up
     double library_block_s = 1.5e-9;  // per contiguous block (Open MPI 4.1: about 0.3 GB/s at 1-byte blocks)
     double shunt_call_s = 40e-9;
     double shunt_block_s = 0.6e-9;
@@ -168,9 +170,9 @@ public:
             const bool library = name.find(".library.") != std::string_view::npos;
             return analytic_pack(library, pack_block_len(name), size);
         }
-        const analytic_params::level& lv = name.find(".network") != std::string_view::npos ? p.network
+        const analytic_params::level& lv = name.find(".network") != std::string_view::npos   ? p.network
                                            : name.find(".package") != std::string_view::npos ? p.package
-                                                                                              : p.node;
+                                                                                             : p.node;
         double t = lv.latency_s + size / lv.bytes_per_s;
         if (starts("p2p.")) {  // device buffers cross PCIe (staged) on each device end
             const auto dot = name.rfind('.');
@@ -207,8 +209,8 @@ public:
     double nearest_block_len(std::string_view prefix, double block_len) const {
         block_len = std::max(1.0, block_len);
         double best = 0, best_d = 0;
-        for (auto it = tables_.lower_bound(prefix); it != tables_.end() && std::string_view(it->first).starts_with(prefix);
-             ++it) {
+        for (auto it = tables_.lower_bound(prefix);
+             it != tables_.end() && std::string_view(it->first).starts_with(prefix); ++it) {
             if (it->second.empty()) continue;
             const double l = std::strtod(it->first.c_str() + prefix.size(), nullptr);
             if (!(l > 0)) continue;

@@ -41,7 +41,9 @@ public:
 
     const std::vector<table_point>& points() const { return points_; }
     bool empty() const { return points_.empty(); }
-    bool covers(double size) const { return !points_.empty() && size >= points_.front().size && size <= points_.back().size; }
+    bool covers(double size) const {
+        return !points_.empty() && size >= points_.front().size && size <= points_.back().size;
+    }
 
     /// Predicted seconds at `size` bytes; 0 for an empty table.
     double predict(double size) const {
@@ -75,7 +77,8 @@ private:
         std::erase_if(points_, [](const table_point& p) {
             return !(p.size > 0) || !std::isfinite(p.size) || !(p.time >= 0) || !std::isfinite(p.time);
         });
-        std::sort(points_.begin(), points_.end(), [](const table_point& a, const table_point& b) { return a.size < b.size; });
+        std::sort(points_.begin(), points_.end(),
+                  [](const table_point& a, const table_point& b) { return a.size < b.size; });
         points_.erase(std::unique(points_.begin(), points_.end(),
                                   [](const table_point& a, const table_point& b) { return a.size == b.size; }),
                       points_.end());

@@ -9,9 +9,9 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -126,9 +126,9 @@ public:
         total_ = nblocks_ == 0 ? 0 : inner;
         // The typed span the outermost level sweeps (in double: no overflow): past streaming_bytes
         // the rows come from memory rather than cache.
-        const double span = nlevels_ == 0 ? 0.0
-                                          : static_cast<double>(levels_[0].count) *
-                                                std::fabs(static_cast<double>(levels_[0].stride));
+        const double span =
+            nlevels_ == 0 ? 0.0
+                          : static_cast<double>(levels_[0].count) * std::fabs(static_cast<double>(levels_[0].stride));
         streaming_ = span >= static_cast<double>(streaming_bytes);
         stream_stores_ = streaming_ && total_ >= stream_store_bytes();
         prefetch_blocks_ = prefetch_blocks_pay(blocks_, nblocks_);
@@ -352,7 +352,7 @@ constexpr bool aligns_stores(std::int64_t n) {
 /// Bytes [k, n) of copy_wide: whole 64-byte vector moves, then one masked move for the rest.
 template <bool Stream>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_vectors(std::byte* dst, const std::byte* src,
-                                                                                    std::int64_t k, std::int64_t n) {
+                                                                                   std::int64_t k, std::int64_t n) {
     for (; k + 64 <= n; k += 64) {
         if constexpr (Stream)
             _mm512_stream_si512(reinterpret_cast<__m512i*>(dst + k), _mm512_loadu_si512(src + k));
@@ -369,7 +369,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_vecto
 /// move up to the destination's 64-byte alignment, then copy_vectors.
 template <bool Stream>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_aligned(std::byte* dst, const std::byte* src,
-                                                                                    std::int64_t n) {
+                                                                                   std::int64_t n) {
     const std::int64_t k = std::min<std::int64_t>((-reinterpret_cast<std::intptr_t>(dst)) & 63, n);
     if (k > 0) {
         const __mmask64 m = _bzhi_u64(~0ULL, static_cast<unsigned>(k));
@@ -386,7 +386,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_align
 /// batch.
 template <bool Stream = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_wide(std::byte* dst, const std::byte* src,
-                                                                                 std::int64_t n) {
+                                                                                std::int64_t n) {
     // Two inlined loops rather than one after a conditional head: sharing one loop slowed lists
     // of 1-127-byte blocks, which never take the head, by 3-10%.
     if (!aligns_stores<Stream>(n)) return copy_vectors<Stream>(dst, src, 0, n);
@@ -398,8 +398,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_wide(
 /// visible to whoever the caller hands them to, as after ordinary stores).
 template <bool Pack, bool Stream = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(std::byte* typed, std::byte* packed,
-                                                                                 std::int64_t stride, std::int64_t n,
-                                                                                 std::int64_t len) {
+                                                                                std::int64_t stride, std::int64_t n,
+                                                                                std::int64_t len) {
     std::byte* const to = Pack ? packed : typed;
     const std::byte* const from = Pack ? typed : packed;
     const std::int64_t to_step = Pack ? len : stride, from_step = Pack ? stride : len;
@@ -443,8 +443,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi2")))
     const auto m = static_cast<__mmask64>(mask);
     const std::int64_t per_window = 64 / stride, bytes = per_window * len;
     const auto out_mask = static_cast<__mmask64>(_bzhi_u64(~0ULL, static_cast<unsigned>(bytes)));
-    const __m512i iota = _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928, 0x2726252423222120,
-                                          0x1f1e1d1c1b1a1918, 0x1716151413121110, 0x0f0e0d0c0b0a0908, 0x0706050403020100);
+    const __m512i iota =
+        _mm512_set_epi64(0x3f3e3d3c3b3a3938, 0x3736353433323130, 0x2f2e2d2c2b2a2928, 0x2726252423222120,
+                         0x1f1e1d1c1b1a1918, 0x1716151413121110, 0x0f0e0d0c0b0a0908, 0x0706050403020100);
     // Pack: byte k of the output is the k-th masked byte; unpack: masked byte j takes the packed
     // byte numbered by the masked bytes before it.
     const __m512i index = Pack ? _mm512_maskz_compress_epi8(m, iota) : _mm512_maskz_expand_epi8(m, iota);
@@ -458,7 +459,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi2")))
                                     _mm512_maskz_permutexvar_epi8(out_mask, index, _mm512_maskz_loadu_epi8(m, typed)));
         } else {
             if (w < claim_until) __builtin_prefetch(typed + unpack_claim_ahead, 1);
-            _mm512_mask_storeu_epi8(typed, m, _mm512_maskz_permutexvar_epi8(m, index, _mm512_maskz_loadu_epi8(out_mask, packed)));
+            _mm512_mask_storeu_epi8(typed, m,
+                                    _mm512_maskz_permutexvar_epi8(m, index, _mm512_maskz_loadu_epi8(out_mask, packed)));
         }
     }
     for (std::int64_t i = windows * per_window; i < n; ++i, typed += stride, packed += len) {
@@ -476,7 +478,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi2")))
 template <int Locality = 3>
 inline void prefetch_row(const std::byte* row, std::int64_t len) {
     const auto first = reinterpret_cast<std::uintptr_t>(row) & ~std::uintptr_t{63};
-    const auto end = reinterpret_cast<std::uintptr_t>(row) + static_cast<std::uintptr_t>(std::min<std::int64_t>(len, 1024));
+    const auto end =
+        reinterpret_cast<std::uintptr_t>(row) + static_cast<std::uintptr_t>(std::min<std::int64_t>(len, 1024));
     for (std::uintptr_t line = first; line < end; line += 64)
         __builtin_prefetch(reinterpret_cast<const void*>(line), 1, Locality);
 }
@@ -492,13 +495,14 @@ inline constexpr std::size_t prefetch_blocks_ahead = 16;
 /// With Ahead, each block's move follows a prefetch of the block prefetch_blocks_ahead further on.
 template <bool Pack, bool Ahead = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* blocks_masked(const block* b, std::size_t n,
-                                                                                  std::uintptr_t base,
-                                                                                  std::byte* packed) {
+                                                                                          std::uintptr_t base,
+                                                                                          std::byte* packed) {
     for (std::size_t i = 0; i < n; ++i) {
         const std::int64_t len = b[i].length;
         std::byte* typed = at(base, b[i].offset);
         if constexpr (Ahead) {
-            if (const std::size_t k = i + prefetch_blocks_ahead; k < n) prefetch_row(at(base, b[k].offset), b[k].length);
+            if (const std::size_t k = i + prefetch_blocks_ahead; k < n)
+                prefetch_row(at(base, b[k].offset), b[k].length);
         }
         if (len <= 16) {
             const auto m = static_cast<__mmask16>(_bzhi_u32(0xffffu, static_cast<unsigned>(len)));
@@ -561,17 +565,22 @@ struct lane_index {
 template <std::int64_t L>
 __attribute__((target("avx512f,avx512bw"))) inline __m512i permute2(__m512i a, __m512i idx, __m512i b) {
     static_assert(L == 2 || L == 4 || L == 8);
-    if constexpr (L == 2) return _mm512_permutex2var_epi16(a, idx, b);
-    else if constexpr (L == 4) return _mm512_permutex2var_epi32(a, idx, b);
-    else return _mm512_permutex2var_epi64(a, idx, b);
+    if constexpr (L == 2)
+        return _mm512_permutex2var_epi16(a, idx, b);
+    else if constexpr (L == 4)
+        return _mm512_permutex2var_epi32(a, idx, b);
+    else
+        return _mm512_permutex2var_epi64(a, idx, b);
 }
 template <std::int64_t L>
 __attribute__((target("avx512f,avx512bw"))) inline __m512i permute1(__m512i idx, __m512i a) {
     static_assert(L == 2 || L == 4 || L == 8);
     if constexpr (L == 2) return _mm512_permutexvar_epi16(idx, a);
     // The full-mask forms: gcc 12's unmasked ones warn of an uninitialised (unused) operand.
-    else if constexpr (L == 4) return _mm512_maskz_permutexvar_epi32(0xffff, idx, a);
-    else return _mm512_maskz_permutexvar_epi64(0xff, idx, a);
+    else if constexpr (L == 4)
+        return _mm512_maskz_permutexvar_epi32(0xffff, idx, a);
+    else
+        return _mm512_maskz_permutexvar_epi64(0xff, idx, a);
 }
 
 /// Every R-th byte of the R vectors at `typed` (R 2 or 4), with AVX-512 F and BW only (CPUs
@@ -604,7 +613,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i gather_bytes
 /// 16 MiB objects of 1-8-byte rows at stride 2 or 4 times the row packed 1.1-1.5x faster.
 template <bool Pack, std::int64_t L, std::int64_t R>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_lanes(std::byte* typed, std::byte* packed,
-                                                                   std::int64_t n) {
+                                                                     std::int64_t n) {
     static_assert(Pack || L != 1, "byte rows unpack by rows_window");
     using idx = lane_index<L, R>;
     constexpr std::int64_t group = idx::E;  // rows per 64 packed bytes
@@ -633,9 +642,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_lanes(std::byte* 
                 const __m512i v = permute1<L>(_mm512_load_si512(idx::spread[r].data()), in);
                 std::byte* to = typed + 64 * r;
                 if (to - first < claim_until) __builtin_prefetch(to + unpack_claim_ahead, 1);
-                if constexpr (L == 2) _mm512_mask_storeu_epi16(to, static_cast<__mmask32>(row_lanes), v);
-                else if constexpr (L == 4) _mm512_mask_storeu_epi32(to, static_cast<__mmask16>(row_lanes), v);
-                else _mm512_mask_storeu_epi64(to, static_cast<__mmask8>(row_lanes), v);
+                if constexpr (L == 2)
+                    _mm512_mask_storeu_epi16(to, static_cast<__mmask32>(row_lanes), v);
+                else if constexpr (L == 4)
+                    _mm512_mask_storeu_epi32(to, static_cast<__mmask16>(row_lanes), v);
+                else
+                    _mm512_mask_storeu_epi64(to, static_cast<__mmask8>(row_lanes), v);
             }
         }
     }
@@ -655,8 +667,8 @@ inline bool window_rows_available() {
 /// its byte permute, which replaced the expand, ran faster than the expand on Zen 4). Returns
 /// false where it does not.
 template <bool Pack>
-[[gnu::always_inline]] inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
-                                                std::int64_t len) {
+[[gnu::always_inline]] inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride,
+                                                 std::int64_t n, std::int64_t len) {
     // The shape first, without a division: rows_direct calls this for every run of rows (and,
     // through rows_prefetched, for every batch of them). Always inline: as a call (which GCC
     // made of it once rows_loops grew) it cost about 18 instructions a call.
@@ -797,8 +809,9 @@ inline void rows_any(std::byte* typed, std::byte* packed, std::int64_t stride, s
 /// vectorises the gather (or scatter) of tiny blocks instead of moving them one by one.
 template <bool Pack, std::int64_t L, std::int64_t S>
 inline void rows_const(std::byte* typed, std::byte* packed, std::int64_t n) {
-    using word = std::conditional_t<L == 1, std::uint8_t, std::conditional_t<L == 2, std::uint16_t,
-                                    std::conditional_t<L == 4, std::uint32_t, std::uint64_t>>>;
+    using word = std::conditional_t<
+        L == 1, std::uint8_t,
+        std::conditional_t<L == 2, std::uint16_t, std::conditional_t<L == 4, std::uint32_t, std::uint64_t>>>;
     constexpr std::int64_t step = S / L;
     if constexpr (Pack) {
         word* __restrict out = reinterpret_cast<word*>(packed);
@@ -964,7 +977,7 @@ template <bool Pack, bool Runs>
     // AVX-512 nor AVX2, other shapes, or fewer rows than two of their groups): the compiler's
     // vectorised gather beats the window compress. It needs both buffers aligned to the block:
     // a later run that is not goes through the whole choice on its own.
-    const auto tiny_at = [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
+    const auto tiny_at = [&](std::byte * t, std::byte * q) __attribute__((always_inline)) {
         if (n < 16) return false;
         switch (len) {
             case 1: return rows_tiny<Pack, 1>(t, q, stride, n);
@@ -975,69 +988,71 @@ template <bool Pack, bool Runs>
     };
     const auto tiny = [&]() __attribute__((always_inline)) {
         if (!tiny_at(typed, packed)) return false;
-        each(1, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            if (!tiny_at(t, q)) rows_direct<Pack>(t, q, stride, n, len, streaming, stream_stores);
-        });
+        each(
+            1, [&](std::byte * t, std::byte * q) __attribute__((always_inline)) {
+                if (!tiny_at(t, q)) rows_direct<Pack>(t, q, stride, n, len, streaming, stream_stores);
+            });
         return true;
     };
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
     if (rows_permuted<Pack>(typed, packed, stride, n, len))
-        return each(1, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_permuted<Pack>(t, q, stride, n, len);
-        });
+        return each(
+            1, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_permuted<Pack>(t, q, stride, n, len); });
     if (Pack && rows_permuted_avx2(typed, packed, stride, n, len))
-        return each(1, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_permuted_avx2(t, q, stride, n, len);
-        });
+        return each(
+            1, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_permuted_avx2(t, q, stride, n, len); });
 #endif
     if (Pack && tiny()) return;
     if (Pack && sparse_gather(stride, n, len))
-        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_libc<Pack>(t, q, stride, n, len);
-        });
+        return each(
+            0, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_libc<Pack>(t, q, stride, n, len); });
 #ifdef SHUNT_HAVE_MASKED_BLOCKS
     if (stream_stores && len >= 64 && masked_blocks_available())
-        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_wide<Pack, true>(t, q, stride, n, len);
-        });
+        return each(
+            0, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_wide<Pack, true>(t, q, stride, n, len); });
     if (streaming && len >= 128)
-        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_libc<Pack>(t, q, stride, n, len);
-        });
+        return each(
+            0, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_libc<Pack>(t, q, stride, n, len); });
     if (len >= 64 && masked_blocks_available())
-        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_wide<Pack>(t, q, stride, n, len);
-        });
+        return each(
+            0, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_wide<Pack>(t, q, stride, n, len); });
     if (n >= 16 && stride > len && stride <= 32 && 64 % stride == 0 && window_pays(stride, len) &&
         window_rows_available())
-        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_window<Pack>(t, q, stride, n, len);
-        });
+        return each(
+            0, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_window<Pack>(t, q, stride, n, len); });
 #endif
     if (!Pack && tiny()) return;
     if (len >= libc_rows_from && !tuned_as_intel())
-        return each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-            rows_libc<Pack>(t, q, stride, n, len);
+        return each(
+            0, [&](std::byte * t, std::byte * q)
+                   __attribute__((always_inline)) { rows_libc<Pack>(t, q, stride, n, len); });
+    each(
+        0, [&](std::byte * t, std::byte * q) __attribute__((always_inline)) {
+            switch (len) {
+                case 1: return rows_fixed<Pack, 1>(t, q, stride, n);
+                case 2: return rows_fixed<Pack, 2>(t, q, stride, n);
+                case 3: return rows_fixed<Pack, 3>(t, q, stride, n);
+                case 4: return rows_fixed<Pack, 4>(t, q, stride, n);
+                case 6: return rows_fixed<Pack, 6>(t, q, stride, n);
+                case 8: return rows_fixed<Pack, 8>(t, q, stride, n);
+                case 12: return rows_fixed<Pack, 12>(t, q, stride, n);
+                case 16: return rows_fixed<Pack, 16>(t, q, stride, n);
+                case 24: return rows_fixed<Pack, 24>(t, q, stride, n);
+                case 32: return rows_fixed<Pack, 32>(t, q, stride, n);
+                case 48: return rows_fixed<Pack, 48>(t, q, stride, n);
+                case 64: return rows_fixed<Pack, 64>(t, q, stride, n);
+                case 128: return rows_fixed<Pack, 128>(t, q, stride, n);
+                case 256: return rows_fixed<Pack, 256>(t, q, stride, n);
+                default: return rows_any<Pack>(t, q, stride, n, len);
+            }
         });
-    each(0, [&](std::byte* t, std::byte* q) __attribute__((always_inline)) {
-        switch (len) {
-            case 1: return rows_fixed<Pack, 1>(t, q, stride, n);
-            case 2: return rows_fixed<Pack, 2>(t, q, stride, n);
-            case 3: return rows_fixed<Pack, 3>(t, q, stride, n);
-            case 4: return rows_fixed<Pack, 4>(t, q, stride, n);
-            case 6: return rows_fixed<Pack, 6>(t, q, stride, n);
-            case 8: return rows_fixed<Pack, 8>(t, q, stride, n);
-            case 12: return rows_fixed<Pack, 12>(t, q, stride, n);
-            case 16: return rows_fixed<Pack, 16>(t, q, stride, n);
-            case 24: return rows_fixed<Pack, 24>(t, q, stride, n);
-            case 32: return rows_fixed<Pack, 32>(t, q, stride, n);
-            case 48: return rows_fixed<Pack, 48>(t, q, stride, n);
-            case 64: return rows_fixed<Pack, 64>(t, q, stride, n);
-            case 128: return rows_fixed<Pack, 128>(t, q, stride, n);
-            case 256: return rows_fixed<Pack, 256>(t, q, stride, n);
-            default: return rows_any<Pack>(t, q, stride, n, len);
-        }
-    });
 }
 
 /// n strided rows of one block length (rows_loops for one run).
@@ -1093,14 +1108,14 @@ inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len,
 /// interleaved runs per flavour), unpacks of 16 MiB of 8-64-byte rows 64-512 bytes apart ran
 /// 0.95-1.38x as fast (median 1.23), of 1 MiB of 1-8-byte rows 512 bytes apart 1.07-1.21x.
 template <bool Pack, int Locality = 3>
-inline void rows_prefetched(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
-                            std::int64_t len, bool streaming) {
+inline void rows_prefetched(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
+                            bool streaming) {
     for (std::int64_t j = 0; j < std::min(n, prefetch_batch); ++j) prefetch_row<Locality>(typed + j * stride, len);
     for (std::int64_t i = 0; i < n; i += prefetch_batch) {
         const std::int64_t ahead = std::min(n, i + 2 * prefetch_batch);
         for (std::int64_t j = i + prefetch_batch; j < ahead; ++j) prefetch_row<Locality>(typed + j * stride, len);
-        rows_direct<Pack>(typed + i * stride, packed + i * len, stride, std::min(prefetch_batch, n - i), len,
-                          streaming, false);
+        rows_direct<Pack>(typed + i * stride, packed + i * len, stride, std::min(prefetch_batch, n - i), len, streaming,
+                          false);
     }
 }
 
@@ -1135,7 +1150,6 @@ inline void blocks_range(const pack_program& p, std::uintptr_t base, std::byte* 
         pos = end;
     }
 }
-
 
 /// One whole pass over the block list at typed base `base` (no window to clip to); returns the
 /// packed position after it.
@@ -1262,8 +1276,8 @@ inline std::int64_t transfer(const layout& form, std::int64_t extent, std::int64
 /// written: min(max_bytes, count * size - first), 0 when first is past the end. The bytes are
 /// those MPI_Pack writes. Not synchronised: callers must not pack into overlapping outputs
 /// from several threads. `out` must not overlap the typed buffer.
-inline std::int64_t pack_host(const layout& form, std::int64_t extent, std::int64_t count, const void* inbuf,
-                              void* out, std::int64_t first = 0,
+inline std::int64_t pack_host(const layout& form, std::int64_t extent, std::int64_t count, const void* inbuf, void* out,
+                              std::int64_t first = 0,
                               std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max()) {
     return detail::transfer<true>(form, extent, count, -1, reinterpret_cast<std::uintptr_t>(inbuf),
                                   static_cast<std::byte*>(out), first, max_bytes);

@@ -97,7 +97,8 @@ namespace table_names {
 /// coll.<op>.<method>.<signature>, and for shunt's schedule over only some of the shape's
 /// levels ".over-<levels>" after it (e.g. coll.allreduce.hierarchical.p8.package2.node4.over-node):
 /// the same shape, a different schedule.
-inline std::string collective(coll_op op, coll_method m, const coll_shape& s, std::uint32_t levels = ~std::uint32_t{0}) {
+inline std::string collective(coll_op op, coll_method m, const coll_shape& s,
+                              std::uint32_t levels = ~std::uint32_t{0}) {
     std::string name = "coll." + std::string(to_string(op)) + "." + std::string(to_string(m)) + "." + s.signature();
     const std::uint32_t all = s.all_levels();
     if (m == coll_method::hierarchical && (levels & all) != all) name += ".over-" + s.levels_text(levels);
@@ -155,8 +156,8 @@ inline const analytic_params::level& link_of(const analytic_params& p, const col
 /// level's link, the data shrinking by each inner group's size on the way out; the top
 /// exchange runs on the shape's outermost link whichever levels are kept. A prior only:
 /// measurements replace it.
-inline double analytic_collective(const analytic_params& p, coll_op op, coll_method m, const coll_shape& s, double bytes,
-                                  std::uint32_t levels = ~std::uint32_t{0}) {
+inline double analytic_collective(const analytic_params& p, coll_op op, coll_method m, const coll_shape& s,
+                                  double bytes, std::uint32_t levels = ~std::uint32_t{0}) {
     if (s.ranks <= 1) return 0;
     if (m == coll_method::library) {
         const auto& slow = detail::link_of(p, s, s.level_names.size());
@@ -181,15 +182,15 @@ inline double analytic_collective(const analytic_params& p, coll_op op, coll_met
 /// down to a power of two).
 struct coll_decision {
     coll_op op = coll_op::allreduce;
-    int size_class = 0;        ///< bit width of the byte count (0 for none)
-    std::int64_t bytes = 0;    ///< the byte count of the call that made the decision
+    int size_class = 0;  ///< bit width of the byte count (0 for none)
+    std::int64_t bytes = 0;  ///< the byte count of the call that made the decision
     coll_method method = coll_method::library;
     std::uint32_t levels = ~std::uint32_t{0};  ///< the levels shunt's schedule runs over (bit k: level k)
     /// The model's prediction (seconds) of shunt's schedule over each candidate set of levels,
     /// agreed; the best is `levels` and predicted[hierarchical].
     std::vector<std::pair<std::uint32_t, double>> level_predictions;
     std::array<double, coll_method_count> predicted{};  ///< model (seconds), before measuring
-    std::array<double, coll_method_count> measured{};   ///< agreed best measured time; NaN if not measured
+    std::array<double, coll_method_count> measured{};  ///< agreed best measured time; NaN if not measured
     bool forced = false;
     bool live = true;  ///< measuring allowed (false: a floating-point reduction, decided from the model)
     /// Not live, from the analytic model, where the library's prediction is mostly latency: the
@@ -279,7 +280,8 @@ public:
             std::vector<double> v(1 + 2 * n + 2);
             v[0] = measured_by_model(model, op, b) ? 0 : 1;
             for (std::size_t i = 0; i < n; ++i) {
-                v[1 + i] = model.find(table_names::collective(op, coll_method::hierarchical, shape_, level_sets_[i])) ? 0 : 1;
+                v[1 + i] =
+                    model.find(table_names::collective(op, coll_method::hierarchical, shape_, level_sets_[i])) ? 0 : 1;
                 v[2 + n + i] = predict(model, op, coll_method::hierarchical, b, level_sets_[i]);
             }
             v[1 + n] = predict(model, op, coll_method::library, b);
@@ -391,7 +393,8 @@ public:
         if (model.find(table_names::collective(op, coll_method::hierarchical, shape_)) == nullptr) return level_sets_;
         std::vector<std::uint32_t> sets;
         for (const std::uint32_t set : level_sets_)
-            if (model.find(table_names::collective(op, coll_method::hierarchical, shape_, set)) != nullptr) sets.push_back(set);
+            if (model.find(table_names::collective(op, coll_method::hierarchical, shape_, set)) != nullptr)
+                sets.push_back(set);
         return sets;
     }
 
@@ -429,11 +432,12 @@ private:
     }
     static constexpr std::size_t size_classes = 65;
     static std::size_t slot(coll_op op, int size_class, bool live) {
-        return (static_cast<std::size_t>(op) * size_classes + static_cast<std::size_t>(size_class)) * 2 + (live ? 1 : 0);
+        return (static_cast<std::size_t>(op) * size_classes + static_cast<std::size_t>(size_class)) * 2 +
+               (live ? 1 : 0);
     }
     void settle(const key& k, coll_method m) {
         settled_[slot(k.op, k.size_class, k.live)].store(static_cast<std::uint8_t>(static_cast<int>(m) + 1),
-                                                       std::memory_order_release);
+                                                         std::memory_order_release);
     }
 
     coll_method better(const std::array<double, coll_method_count>& t) const {

@@ -5,8 +5,8 @@
 #include <shunt/datatype/type_info.hpp>
 #include <shunt/model/model.hpp>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -42,9 +42,9 @@ struct plan_decision {
     std::uint8_t chosen = 0;
     bool forced = false;
     bool measuring = false;  ///< the planner is timing calls of this key's class (planner::pack)
-    bool measured = false;   ///< chosen from its class's measured times
+    bool measured = false;  ///< chosen from its class's measured times
     std::array<double, 2> measured_s{};  ///< alternatives 0 and 1 when measured: the class's median
-                                         ///< seconds per byte, times these bytes
+        ///< seconds per byte, times these bytes
     std::uint64_t taken = 0;
 
     std::string_view method() const { return alternatives[chosen].method; }
@@ -103,10 +103,11 @@ public:
     static constexpr int measure_trials = 4;
     static constexpr double measure_margin = measured_win_margin;
     static constexpr double measure_clear = 2.0;
-    static constexpr int recheck_after = 2 * measure_trials;  ///< calls between a close first verdict and the second look
+    static constexpr int recheck_after =
+        2 * measure_trials;  ///< calls between a close first verdict and the second look
     static constexpr double measure_floor_s = 1e-6;
     static constexpr double measure_ceiling_s = 10e-3;
-    static constexpr std::size_t max_keys = std::size_t{1} << 16;     ///< about 300 bytes each
+    static constexpr std::size_t max_keys = std::size_t{1} << 16;  ///< about 300 bytes each
     static constexpr std::size_t max_classes = std::size_t{1} << 12;  ///< beyond: not measured
 
     const cost_model& model() const { return *model_; }
@@ -142,7 +143,8 @@ public:
         c.op = k.op;
         c.block = k.blocks > 0 ? std::llround(static_cast<double>(k.bytes) / static_cast<double>(k.blocks)) : k.bytes;
         if (k.bytes > 0 && k.span > k.bytes)
-            c.density = static_cast<int>(std::floor(std::log2(static_cast<double>(k.span) / static_cast<double>(k.bytes)) * 8));
+            c.density =
+                static_cast<int>(std::floor(std::log2(static_cast<double>(k.span) / static_cast<double>(k.bytes)) * 8));
         if (k.bytes > 0) c.size = static_cast<int>(std::floor(std::log2(static_cast<double>(k.bytes)) * 4));
         return c;
     }
@@ -238,8 +240,8 @@ public:
         const std::uint8_t lead = c.lead;
         // At once where the first pair shows the look's lead (the model's choice, then the first
         // verdict) at least measure_clear times faster.
-        const bool clear = n == 1 && c.recorded == 2 &&
-                           (lead == 1 ? ratios[0] * measure_clear <= 1 : ratios[0] >= measure_clear);
+        const bool clear =
+            n == 1 && c.recorded == 2 && (lead == 1 ? ratios[0] * measure_clear <= 1 : ratios[0] >= measure_clear);
         if (!clear && c.recorded < c.times.size()) return false;
         std::array<std::vector<double>, 2> per;
         for (std::size_t i = 0; i < c.recorded; ++i) per[c.times[i].method].push_back(c.times[i].seconds);
@@ -318,7 +320,8 @@ public:
     static std::int64_t pack_span(const type_info& t, std::int64_t count) {
         if (count <= 0) return 0;
         const std::uint64_t n = static_cast<std::uint64_t>(count - 1);
-        return static_cast<std::int64_t>(n * static_cast<std::uint64_t>(t.extent) + static_cast<std::uint64_t>(t.true_extent));
+        return static_cast<std::int64_t>(n * static_cast<std::uint64_t>(t.extent) +
+                                         static_cast<std::uint64_t>(t.true_extent));
     }
 
     /// Contiguous blocks moved when packing `count` elements of `t` (a dense type is one block).
@@ -334,7 +337,9 @@ private:
     /// The hash of a key's three numbers and its operation: the first scaled, the others folded
     /// in by the boost hash_combine step.
     static std::size_t hash_of(std::uint64_t a, std::uint64_t b, std::uint64_t c, plan_op op) {
-        const auto mix = [](std::uint64_t h, std::uint64_t v) { return h ^ (v + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2)); };
+        const auto mix = [](std::uint64_t h, std::uint64_t v) {
+            return h ^ (v + 0x7F4A7C159E3779B9ull + (h << 6) + (h >> 2));
+        };
         return static_cast<std::size_t>(mix(mix(a * 0x9E3779B97F4A7C15ull, b), c) ^ static_cast<std::uint64_t>(op));
     }
     struct key_hash {
@@ -357,12 +362,12 @@ private:
     /// look, its timed calls recorded in order (seconds per byte), and the verdict.
     struct layout_class {
         std::uint8_t lead = 0;  // the first look's: the model's choice for the key that started
-                                // the class; the second look's: the first verdict
-        int issued = 0;         // negative while waiting for the second look
+            // the class; the second look's: the first verdict
+        int issued = 0;  // negative while waiting for the second look
         std::array<timed_run, 2 * measure_trials> times{};
         std::size_t recorded = 0;
         bool measured = false;  // a verdict holds (the first look's, or the final one)
-        bool settled = false;   // the final verdict: nothing more is measured
+        bool settled = false;  // the final verdict: nothing more is measured
         std::uint8_t chosen = 0;
         std::array<double, 2> per_byte_s{};  // each method's median seconds per byte
         /// The look under way until settled: the first (0) before any verdict, then the second (1).

@@ -45,9 +45,12 @@ inline std::int64_t pci_key(std::string_view bus_id) {
         for (; i < bus_id.size() && n < max_digits + 1; ++i, ++n) {
             const char c = bus_id[i];
             int d = -1;
-            if (c >= '0' && c <= '9') d = c - '0';
-            else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-            else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+            if (c >= '0' && c <= '9')
+                d = c - '0';
+            else if (c >= 'a' && c <= 'f')
+                d = c - 'a' + 10;
+            else if (c >= 'A' && c <= 'F')
+                d = c - 'A' + 10;
             if (d < 0) break;
             out = out * 16 + d;
         }

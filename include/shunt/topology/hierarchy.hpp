@@ -27,8 +27,7 @@ public:
     /// Builds the groups from labels: labels[k][r] names the level-k group of rank r (any
     /// integers; equal labels, same group). Throws shunt::error when a level does not nest
     /// inside the next one, naming the two ranks that show it.
-    hierarchy(int size, std::vector<std::vector<std::int64_t>> labels, std::vector<std::string> names)
-        : size_(size) {
+    hierarchy(int size, std::vector<std::vector<std::int64_t>> labels, std::vector<std::string> names) : size_(size) {
         if (size < 1) throw error("hierarchy: a communicator has at least one rank");
         names.resize(labels.size());
         for (std::size_t k = 0; k < labels.size(); ++k) {
@@ -49,7 +48,8 @@ public:
             std::map<std::int64_t, int> dense;
             std::vector<int> counts;
             for (int r = 0; r < size; ++r) {
-                auto [it, fresh] = dense.try_emplace(labels[k][static_cast<std::size_t>(r)], static_cast<int>(counts.size()));
+                auto [it, fresh] =
+                    dense.try_emplace(labels[k][static_cast<std::size_t>(r)], static_cast<int>(counts.size()));
                 if (fresh) counts.push_back(0);
                 group_of_[k][static_cast<std::size_t>(r)] = it->second;
                 position_[k][static_cast<std::size_t>(r)] = counts[static_cast<std::size_t>(it->second)]++;
@@ -68,7 +68,8 @@ public:
             for (int g = 0; g < groups(static_cast<int>(k)); ++g) {
                 auto m = members(static_cast<int>(k), g);
                 for (int r : m) {
-                    if (group_of_[k + 1][static_cast<std::size_t>(r)] != group_of_[k + 1][static_cast<std::size_t>(m[0])])
+                    if (group_of_[k + 1][static_cast<std::size_t>(r)] !=
+                        group_of_[k + 1][static_cast<std::size_t>(m[0])])
                         throw error("topology level '" + names_[k] + "' does not nest in level '" + names_[k + 1] +
                                     "': ranks " + std::to_string(m[0]) + " and " + std::to_string(r) + " share a " +
                                     names_[k] + " group but not a " + names_[k + 1] + " group");
@@ -107,16 +108,16 @@ public:
     /// Members of group g at level k, in rank order.
     std::span<const int> members(int k, int g) const {
         const auto& s = member_start_[static_cast<std::size_t>(k)];
-        return std::span<const int>(members_[static_cast<std::size_t>(k)]).subspan(
-            static_cast<std::size_t>(s[static_cast<std::size_t>(g)]),
-            static_cast<std::size_t>(s[static_cast<std::size_t>(g) + 1] - s[static_cast<std::size_t>(g)]));
+        return std::span<const int>(members_[static_cast<std::size_t>(k)])
+            .subspan(static_cast<std::size_t>(s[static_cast<std::size_t>(g)]),
+                     static_cast<std::size_t>(s[static_cast<std::size_t>(g) + 1] - s[static_cast<std::size_t>(g)]));
     }
     /// The level-(k-1) groups inside group g of level k (k >= 1), by lowest rank.
     std::span<const int> subgroups(int k, int g) const {
         const auto& s = sub_start_[static_cast<std::size_t>(k)];
-        return std::span<const int>(subs_[static_cast<std::size_t>(k)]).subspan(
-            static_cast<std::size_t>(s[static_cast<std::size_t>(g)]),
-            static_cast<std::size_t>(s[static_cast<std::size_t>(g) + 1] - s[static_cast<std::size_t>(g)]));
+        return std::span<const int>(subs_[static_cast<std::size_t>(k)])
+            .subspan(static_cast<std::size_t>(s[static_cast<std::size_t>(g)]),
+                     static_cast<std::size_t>(s[static_cast<std::size_t>(g) + 1] - s[static_cast<std::size_t>(g)]));
     }
     /// Index of rank r's level-(k-1) group among the subgroups of its level-k group (k >= 1).
     int subgroup_index(int k, int r) const {
@@ -141,7 +142,9 @@ public:
     }
 
     /// The same groups without the trivial levels.
-    hierarchy without_trivial_levels() const { return select([this](int k) { return !trivial(k); }); }
+    hierarchy without_trivial_levels() const {
+        return select([this](int k) { return !trivial(k); });
+    }
 
     /// The mask of every described level (bit k for level k).
     std::uint32_t all_levels() const { return level_mask(levels()); }
@@ -162,7 +165,8 @@ public:
         std::vector<std::string> names;
         for (int k = 0; k < levels(); ++k) {
             if (!keep(k)) continue;
-            labels.emplace_back(group_of_[static_cast<std::size_t>(k)].begin(), group_of_[static_cast<std::size_t>(k)].end());
+            labels.emplace_back(group_of_[static_cast<std::size_t>(k)].begin(),
+                                group_of_[static_cast<std::size_t>(k)].end());
             names.push_back(names_[static_cast<std::size_t>(k)]);
         }
         return hierarchy(size_, std::move(labels), std::move(names));

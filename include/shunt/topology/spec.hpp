@@ -13,17 +13,17 @@ namespace shunt {
 /// How the ranks of one level are put into groups.
 enum class grouping_kind {
     automatic,  ///< `auto`: discovered (node: shared memory; package, numa: hwloc; gpu: the device in use)
-    sizes,      ///< `3,1`: consecutive world ranks in groups of these sizes, the list repeated
-    labels,     ///< `[0,1,0,1]`: the group label of each world rank, in world rank order
-    hosts,      ///< `{a,b|c*}`: groups of host names (MPI_Get_processor_name); `*` ends a prefix
-    slurm,      ///< `slurm[:D]`: the D-th switch tier above the node in Slurm's topology address
+    sizes,  ///< `3,1`: consecutive world ranks in groups of these sizes, the list repeated
+    labels,  ///< `[0,1,0,1]`: the group label of each world rank, in world rank order
+    hosts,  ///< `{a,b|c*}`: groups of host names (MPI_Get_processor_name); `*` ends a prefix
+    slurm,  ///< `slurm[:D]`: the D-th switch tier above the node in Slurm's topology address
 };
 
 /// One level of a topology description.
 struct level_spec {
     std::string name;
     grouping_kind kind = grouping_kind::automatic;
-    std::vector<std::int64_t> values;             ///< sizes, or labels, or the slurm tier
+    std::vector<std::int64_t> values;  ///< sizes, or labels, or the slurm tier
     std::vector<std::vector<std::string>> hosts;  ///< host patterns per group
     bool operator==(const level_spec&) const = default;
 };
@@ -102,7 +102,8 @@ public:
 private:
     [[noreturn]] void fail(const std::string& why) const {
         throw error("topology description '" + std::string(text_) + "': " + why + " (at character " +
-                    std::to_string(pos_ + 1) + "); expected e.g. 'node=auto', 'package=1;node=2', "
+                    std::to_string(pos_ + 1) +
+                    "); expected e.g. 'node=auto', 'package=1;node=2', "
                     "'node=[0,1,0,1]' or 'node=auto;switch={hostA,hostB|hostC*}'");
     }
     void skip_blanks() {
@@ -244,28 +245,28 @@ inline std::string to_string(const topology_spec& spec) {
         if (!out.empty()) out += ';';
         out += l.name + '=';
         switch (l.kind) {
-        case grouping_kind::automatic: out += "auto"; break;
-        case grouping_kind::sizes: detail::append_list(out, l.values); break;
-        case grouping_kind::labels:
-            out += '[';
-            detail::append_list(out, l.values);
-            out += ']';
-            break;
-        case grouping_kind::hosts:
-            out += '{';
-            for (std::size_t g = 0; g < l.hosts.size(); ++g) {
-                if (g) out += '|';
-                for (std::size_t i = 0; i < l.hosts[g].size(); ++i) {
-                    if (i) out += ',';
-                    out += l.hosts[g][i];
+            case grouping_kind::automatic: out += "auto"; break;
+            case grouping_kind::sizes: detail::append_list(out, l.values); break;
+            case grouping_kind::labels:
+                out += '[';
+                detail::append_list(out, l.values);
+                out += ']';
+                break;
+            case grouping_kind::hosts:
+                out += '{';
+                for (std::size_t g = 0; g < l.hosts.size(); ++g) {
+                    if (g) out += '|';
+                    for (std::size_t i = 0; i < l.hosts[g].size(); ++i) {
+                        if (i) out += ',';
+                        out += l.hosts[g][i];
+                    }
                 }
-            }
-            out += '}';
-            break;
-        case grouping_kind::slurm:
-            out += "slurm";
-            if (!l.values.empty() && l.values[0] != 1) out += ':' + std::to_string(l.values[0]);
-            break;
+                out += '}';
+                break;
+            case grouping_kind::slurm:
+                out += "slurm";
+                if (!l.values.empty() && l.values[0] != 1) out += ':' + std::to_string(l.values[0]);
+                break;
         }
     }
     return out;

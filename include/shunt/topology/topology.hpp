@@ -105,30 +105,30 @@ public:
         for (std::size_t k = 0; k < nl; ++k) {
             const level_spec& l = spec.levels[k];
             switch (l.kind) {
-            case grouping_kind::automatic: {
-                domain_kind dk{};
-                if (is_gpu(k)) {
-                    mine[k] = local_gpu_key();
-                } else if (!domain_kind_of(l.name, dk)) {
-                    mine[k] = node_label;
-                } else {
-                    int d = bound_domain(dk);
-                    mine[k] = d < 0 ? -1 : node_label * (std::int64_t{1} << 24) + d;
+                case grouping_kind::automatic: {
+                    domain_kind dk{};
+                    if (is_gpu(k)) {
+                        mine[k] = local_gpu_key();
+                    } else if (!domain_kind_of(l.name, dk)) {
+                        mine[k] = node_label;
+                    } else {
+                        int d = bound_domain(dk);
+                        mine[k] = d < 0 ? -1 : node_label * (std::int64_t{1} << 24) + d;
+                    }
+                    break;
                 }
-                break;
-            }
-            case grouping_kind::sizes:
-            case grouping_kind::labels: mine[k] = rank_label(l, world_rank, world_size); break;
-            case grouping_kind::hosts:
-                if (host.empty()) host = processor_name();
-                mine[k] = host_label(l, host);
-                break;
-            case grouping_kind::slurm: {
-                const char* addr = std::getenv("SLURM_TOPOLOGY_ADDR");
-                const char* pattern = std::getenv("SLURM_TOPOLOGY_ADDR_PATTERN");
-                mine[k] = slurm_label(l, addr ? addr : "", pattern ? pattern : "");
-                break;
-            }
+                case grouping_kind::sizes:
+                case grouping_kind::labels: mine[k] = rank_label(l, world_rank, world_size); break;
+                case grouping_kind::hosts:
+                    if (host.empty()) host = processor_name();
+                    mine[k] = host_label(l, host);
+                    break;
+                case grouping_kind::slurm: {
+                    const char* addr = std::getenv("SLURM_TOPOLOGY_ADDR");
+                    const char* pattern = std::getenv("SLURM_TOPOLOGY_ADDR_PATTERN");
+                    mine[k] = slurm_label(l, addr ? addr : "", pattern ? pattern : "");
+                    break;
+                }
             }
         }
 
@@ -139,7 +139,8 @@ public:
                                            static_cast<int>(nc), MPI_INT64_T, comm));
         const auto column = [&](std::size_t k) {
             std::vector<std::int64_t> lab(static_cast<std::size_t>(size_));
-            for (int r = 0; r < size_; ++r) lab[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r) * nc + k];
+            for (int r = 0; r < size_; ++r)
+                lab[static_cast<std::size_t>(r)] = all[static_cast<std::size_t>(r) * nc + k];
             return lab;
         };
         for (std::size_t k = 0; k < nl; ++k) {

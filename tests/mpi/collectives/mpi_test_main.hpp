@@ -24,14 +24,14 @@ inline std::vector<std::string> test_specs(int world) {
     }
     alternate += "]";
     lonely += "]";
-    return {"",                         // discovered (package, node)
-            "node=2",                   // 2 ranks per node
-            "node=1",                   // one rank per node
+    return {"",  // discovered (package, node)
+            "node=2",  // 2 ranks per node
+            "node=1",  // one rank per node
             "node=" + std::to_string(world),  // one node
-            "node=3,1",                 // uneven, block
-            alternate,                  // even, non-block
-            lonely,                     // uneven, non-block
-            "node=2,1;switch=3",        // two uneven levels
+            "node=3,1",  // uneven, block
+            alternate,  // even, non-block
+            lonely,  // uneven, non-block
+            "node=2,1;switch=3",  // two uneven levels
             "package=1;node=2;switch=4"};
 }
 

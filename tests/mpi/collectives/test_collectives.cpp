@@ -85,7 +85,8 @@ struct reduction_case {
 };
 
 // Random but valid values of a case's type (floats as numbers, bools as 0/1, pair indices).
-void fill(const reduction_case& c, std::vector<unsigned char>& buf, std::int64_t count, std::int64_t es, std::mt19937_64& rng) {
+void fill(const reduction_case& c, std::vector<unsigned char>& buf, std::int64_t count, std::int64_t es,
+          std::mt19937_64& rng) {
     buf.resize(static_cast<std::size_t>(count * es));
     std::uniform_real_distribution<double> real(-1.0, 1.0), near_one(0.9, 1.1);
     const bool prod = c.op == MPI_PROD;
@@ -131,8 +132,8 @@ void fill(const reduction_case& c, std::vector<unsigned char>& buf, std::int64_t
 }
 
 /// Number of elements of `got` that differ from `want` beyond the case's tolerance.
-std::int64_t mismatches(const reduction_case& c, const unsigned char* got, const unsigned char* want, std::int64_t count,
-                        std::int64_t es, int ranks) {
+std::int64_t mismatches(const reduction_case& c, const unsigned char* got, const unsigned char* want,
+                        std::int64_t count, std::int64_t es, int ranks) {
     std::int64_t bad = 0;
     for (std::int64_t i = 0; i < count; ++i) {
         const unsigned char* a = got + i * es;
@@ -144,7 +145,9 @@ std::int64_t mismatches(const reduction_case& c, const unsigned char* got, const
             continue;
         }
         const double tol = c.tolerance * ranks * ranks;
-        auto close = [&](long double x, long double y) { return std::fabs(static_cast<double>(x - y)) <= tol * std::max(1.0, std::fabs(static_cast<double>(y))); };
+        auto close = [&](long double x, long double y) {
+            return std::fabs(static_cast<double>(x - y)) <= tol * std::max(1.0, std::fabs(static_cast<double>(y)));
+        };
         if (c.type == MPI_FLOAT) {
             float x, y;
             std::memcpy(&x, a, 4);
@@ -235,84 +238,94 @@ std::mt19937_64 rank_rng(MPI_Comm comm, std::uint64_t salt) {
 }  // namespace
 
 TEST_CASE("allreduce equals MPI_Allreduce for every predefined op, type, topology and sub-communicator") {
-    for_each_setting([](const shunt::topology& topo, MPI_Comm comm) {
-        const int p = topo.size();
-        for (const auto& c : reduction_cases()) {
-            CAPTURE(c.name);
-            const std::int64_t es = extent_of(c.type);
-            for (std::int64_t count : {std::int64_t{0}, std::int64_t{1}, std::int64_t{p + 1}, std::int64_t{1000}}) {
-                CAPTURE(count);
-                auto rng = rank_rng(comm, static_cast<std::uint64_t>(count));
-                std::vector<unsigned char> in, out(static_cast<std::size_t>(count * es) + 1), want(out.size());
-                fill(c, in, count, es, rng);
-                MPI_Allreduce(in.data(), want.data(), static_cast<int>(count), c.type, c.op, comm);
-                shunt::allreduce(topo, in.data(), out.data(), count, c.type, c.op);
-                CHECK(mismatches(c, out.data(), want.data(), count, es, p) == 0);
-                // in place
-                std::vector<unsigned char> io(in);
-                io.resize(out.size());
-                shunt::allreduce(topo, MPI_IN_PLACE, io.data(), count, c.type, c.op);
-                CHECK(mismatches(c, io.data(), want.data(), count, es, p) == 0);
+    for_each_setting(
+        [](const shunt::topology& topo, MPI_Comm comm) {
+            const int p = topo.size();
+            for (const auto& c : reduction_cases()) {
+                CAPTURE(c.name);
+                const std::int64_t es = extent_of(c.type);
+                for (std::int64_t count : {std::int64_t{0}, std::int64_t{1}, std::int64_t{p + 1}, std::int64_t{1000}}) {
+                    CAPTURE(count);
+                    auto rng = rank_rng(comm, static_cast<std::uint64_t>(count));
+                    std::vector<unsigned char> in, out(static_cast<std::size_t>(count * es) + 1), want(out.size());
+                    fill(c, in, count, es, rng);
+                    MPI_Allreduce(in.data(), want.data(), static_cast<int>(count), c.type, c.op, comm);
+                    shunt::allreduce(topo, in.data(), out.data(), count, c.type, c.op);
+                    CHECK(mismatches(c, out.data(), want.data(), count, es, p) == 0);
+                    // in place
+                    std::vector<unsigned char> io(in);
+                    io.resize(out.size());
+                    shunt::allreduce(topo, MPI_IN_PLACE, io.data(), count, c.type, c.op);
+                    CHECK(mismatches(c, io.data(), want.data(), count, es, p) == 0);
+                }
             }
-        }
-    }, false);
+        },
+        false);
 }
 
 TEST_CASE("allreduce: every flat algorithm, long vectors, identical bits on every rank and every run") {
-    for_each_setting([](const shunt::topology& topo, MPI_Comm comm) {
-        for (auto algo : {shunt::flat_algorithm::ring, shunt::flat_algorithm::halving, shunt::flat_algorithm::automatic}) {
-            shunt::collective_options opt;
-            opt.flat = algo;
-            const std::int64_t count = 65537;
-            auto rng = rank_rng(comm, 3);
-            std::vector<double> in(static_cast<std::size_t>(count)), a(in.size()), b(in.size()), root(in.size()), want(in.size());
-            std::uniform_real_distribution<double> real(-1.0, 1.0);
-            for (auto& v : in) v = real(rng);
-            MPI_Allreduce(in.data(), want.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM, comm);
-            shunt::allreduce(topo, in.data(), a.data(), count, MPI_DOUBLE, MPI_SUM, opt);
-            shunt::allreduce(topo, in.data(), b.data(), count, MPI_DOUBLE, MPI_SUM, opt);
-            CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-            root = a;
-            MPI_Bcast(root.data(), static_cast<int>(count), MPI_DOUBLE, 0, comm);
-            CHECK(std::memcmp(a.data(), root.data(), a.size() * sizeof(double)) == 0);
-            std::int64_t bad = 0;
-            for (std::size_t i = 0; i < a.size(); ++i) bad += std::fabs(a[i] - want[i]) > 8 * topo.size() * DBL_EPSILON;
-            CHECK(bad == 0);
-            std::vector<std::int64_t> ii(static_cast<std::size_t>(count)), io(ii.size()), iw(ii.size());
-            for (auto& v : ii) v = static_cast<std::int64_t>(rng());
-            MPI_Allreduce(ii.data(), iw.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm);
-            shunt::allreduce(topo, ii.data(), io.data(), count, MPI_INT64_T, MPI_SUM, opt);
-            CHECK(io == iw);
-        }
-    }, false);
+    for_each_setting(
+        [](const shunt::topology& topo, MPI_Comm comm) {
+            for (auto algo :
+                 {shunt::flat_algorithm::ring, shunt::flat_algorithm::halving, shunt::flat_algorithm::automatic}) {
+                shunt::collective_options opt;
+                opt.flat = algo;
+                const std::int64_t count = 65537;
+                auto rng = rank_rng(comm, 3);
+                std::vector<double> in(static_cast<std::size_t>(count)), a(in.size()), b(in.size()), root(in.size()),
+                    want(in.size());
+                std::uniform_real_distribution<double> real(-1.0, 1.0);
+                for (auto& v : in) v = real(rng);
+                MPI_Allreduce(in.data(), want.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM, comm);
+                shunt::allreduce(topo, in.data(), a.data(), count, MPI_DOUBLE, MPI_SUM, opt);
+                shunt::allreduce(topo, in.data(), b.data(), count, MPI_DOUBLE, MPI_SUM, opt);
+                CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+                root = a;
+                MPI_Bcast(root.data(), static_cast<int>(count), MPI_DOUBLE, 0, comm);
+                CHECK(std::memcmp(a.data(), root.data(), a.size() * sizeof(double)) == 0);
+                std::int64_t bad = 0;
+                for (std::size_t i = 0; i < a.size(); ++i)
+                    bad += std::fabs(a[i] - want[i]) > 8 * topo.size() * DBL_EPSILON;
+                CHECK(bad == 0);
+                std::vector<std::int64_t> ii(static_cast<std::size_t>(count)), io(ii.size()), iw(ii.size());
+                for (auto& v : ii) v = static_cast<std::int64_t>(rng());
+                MPI_Allreduce(ii.data(), iw.data(), static_cast<int>(count), MPI_INT64_T, MPI_SUM, comm);
+                shunt::allreduce(topo, ii.data(), io.data(), count, MPI_INT64_T, MPI_SUM, opt);
+                CHECK(io == iw);
+            }
+        },
+        false);
 }
 
 TEST_CASE("small integer sums and products wrap around like C arithmetic") {
-    for_each_setting([](const shunt::topology& topo, MPI_Comm comm) {
-        const int p = topo.size();
-        int me = 0;
-        MPI_Comm_rank(comm, &me);
-        const int count = 100;
-        std::vector<unsigned char> u8(count), u8_out(count);
-        std::vector<short> s16(count), s16_out(count);
-        for (int i = 0; i < count; ++i) {
-            u8[static_cast<std::size_t>(i)] = static_cast<unsigned char>(200 + i + me);
-            s16[static_cast<std::size_t>(i)] = static_cast<short>(30000 - i * 7 + me);
-        }
-        shunt::allreduce(topo, u8.data(), u8_out.data(), count, MPI_UNSIGNED_CHAR, MPI_SUM);
-        shunt::allreduce(topo, s16.data(), s16_out.data(), count, MPI_SHORT, MPI_PROD);
-        std::int64_t bad = 0;
-        for (int i = 0; i < count; ++i) {
-            unsigned sum = 0, prod = 1;
-            for (int r = 0; r < p; ++r) {
-                sum += static_cast<unsigned>(200 + i + r) & 0xffu;
-                prod *= static_cast<unsigned>(static_cast<unsigned short>(static_cast<short>(30000 - i * 7 + r)));
+    for_each_setting(
+        [](const shunt::topology& topo, MPI_Comm comm) {
+            const int p = topo.size();
+            int me = 0;
+            MPI_Comm_rank(comm, &me);
+            const int count = 100;
+            std::vector<unsigned char> u8(count), u8_out(count);
+            std::vector<short> s16(count), s16_out(count);
+            for (int i = 0; i < count; ++i) {
+                u8[static_cast<std::size_t>(i)] = static_cast<unsigned char>(200 + i + me);
+                s16[static_cast<std::size_t>(i)] = static_cast<short>(30000 - i * 7 + me);
             }
-            bad += u8_out[static_cast<std::size_t>(i)] != static_cast<unsigned char>(sum);
-            bad += static_cast<unsigned short>(s16_out[static_cast<std::size_t>(i)]) != static_cast<unsigned short>(prod);
-        }
-        CHECK(bad == 0);
-    }, false);
+            shunt::allreduce(topo, u8.data(), u8_out.data(), count, MPI_UNSIGNED_CHAR, MPI_SUM);
+            shunt::allreduce(topo, s16.data(), s16_out.data(), count, MPI_SHORT, MPI_PROD);
+            std::int64_t bad = 0;
+            for (int i = 0; i < count; ++i) {
+                unsigned sum = 0, prod = 1;
+                for (int r = 0; r < p; ++r) {
+                    sum += static_cast<unsigned>(200 + i + r) & 0xffu;
+                    prod *= static_cast<unsigned>(static_cast<unsigned short>(static_cast<short>(30000 - i * 7 + r)));
+                }
+                bad += u8_out[static_cast<std::size_t>(i)] != static_cast<unsigned char>(sum);
+                bad += static_cast<unsigned short>(s16_out[static_cast<std::size_t>(i)]) !=
+                       static_cast<unsigned short>(prod);
+            }
+            CHECK(bad == 0);
+        },
+        false);
 }
 
 TEST_CASE("allreduce leaves to the library what it cannot do exactly") {
@@ -364,9 +377,11 @@ TEST_CASE("allgather equals MPI_Allgather") {
         for (std::int64_t count : {0, 1, 3, 1000}) {
             CAPTURE(count);
             auto rng = rank_rng(comm, static_cast<std::uint64_t>(count) + 5);
-            std::vector<int> in(static_cast<std::size_t>(count)), out(static_cast<std::size_t>(count * p) + 1, -1), want(out);
+            std::vector<int> in(static_cast<std::size_t>(count)), out(static_cast<std::size_t>(count * p) + 1, -1),
+                want(out);
             for (auto& v : in) v = static_cast<int>(rng());
-            MPI_Allgather(in.data(), static_cast<int>(count), MPI_INT, want.data(), static_cast<int>(count), MPI_INT, comm);
+            MPI_Allgather(in.data(), static_cast<int>(count), MPI_INT, want.data(), static_cast<int>(count), MPI_INT,
+                          comm);
             shunt::allgather(topo, in.data(), out.data(), count, MPI_INT);
             CHECK(out == want);
             std::vector<int> io(out.size(), -1);
@@ -414,7 +429,8 @@ TEST_CASE("alltoall equals MPI_Alltoall, aggregated at each level and flat") {
                 auto rng = rank_rng(comm, static_cast<std::uint64_t>(count) + 99);
                 std::vector<int> in(static_cast<std::size_t>(count * p)), out(in.size() + 1, -1), want(out);
                 for (auto& v : in) v = static_cast<int>(rng());
-                MPI_Alltoall(in.data(), static_cast<int>(count), MPI_INT, want.data(), static_cast<int>(count), MPI_INT, comm);
+                MPI_Alltoall(in.data(), static_cast<int>(count), MPI_INT, want.data(), static_cast<int>(count), MPI_INT,
+                             comm);
                 shunt::alltoall(topo, in.data(), out.data(), count, MPI_INT, opt);
                 CHECK(out == want);
                 std::vector<int> io(in);
@@ -455,7 +471,8 @@ TEST_CASE("alltoallv equals MPI_Alltoallv: uneven and zero sizes, gaps, reversed
                     at += rc[static_cast<std::size_t>(i)] + 2;
                 }
                 std::vector<int> want(static_cast<std::size_t>(at) + 1, -1), out(want);
-                MPI_Alltoallv(in.data(), sc.data(), sd.data(), MPI_INT, want.data(), rc.data(), rd.data(), MPI_INT, comm);
+                MPI_Alltoallv(in.data(), sc.data(), sd.data(), MPI_INT, want.data(), rc.data(), rd.data(), MPI_INT,
+                              comm);
                 shunt::alltoallv(topo, in.data(), sc.data(), sd.data(), out.data(), rc.data(), rd.data(), MPI_INT, opt);
                 CHECK(out == want);
                 // In place: send counts are the receive counts (symmetric exchange).
@@ -469,7 +486,8 @@ TEST_CASE("alltoallv equals MPI_Alltoallv: uneven and zero sizes, gaps, reversed
                 std::vector<int> io(static_cast<std::size_t>(at) + 1);
                 for (auto& v : io) v = static_cast<int>(rng());
                 std::vector<int> io_want(io);
-                MPI_Alltoallv(MPI_IN_PLACE, nullptr, nullptr, MPI_INT, io_want.data(), rc.data(), rd.data(), MPI_INT, comm);
+                MPI_Alltoallv(MPI_IN_PLACE, nullptr, nullptr, MPI_INT, io_want.data(), rc.data(), rd.data(), MPI_INT,
+                              comm);
                 shunt::alltoallv(topo, MPI_IN_PLACE, nullptr, nullptr, io.data(), rc.data(), rd.data(), MPI_INT, opt);
                 CHECK(io == io_want);
             }
@@ -545,7 +563,8 @@ TEST_CASE("every collective over every subset of the levels equals the library")
                 rc[js] = (j + me) % 5, rd[js] = ro, ro += rc[js];
             }
             std::vector<int> vin(in.begin(), in.begin() + so), vwant(static_cast<std::size_t>(ro) + 1, -1), vgot(vwant);
-            MPI_Alltoallv(vin.data(), sc.data(), sd.data(), MPI_INT, vwant.data(), rc.data(), rd.data(), MPI_INT, MPI_COMM_WORLD);
+            MPI_Alltoallv(vin.data(), sc.data(), sd.data(), MPI_INT, vwant.data(), rc.data(), rd.data(), MPI_INT,
+                          MPI_COMM_WORLD);
             shunt::alltoallv(topo, vin.data(), sc.data(), sd.data(), vgot.data(), rc.data(), rd.data(), MPI_INT, opt);
             CHECK(vgot == vwant);
         }

@@ -110,12 +110,14 @@ private:
         std::unique_lock lock(w_->mu);
         auto& ch = w_->channels[static_cast<std::size_t>(peer * w_->size + rank_)];
         if (!w_->cv.wait_for(lock, timeout, [&] { return !ch.empty(); }))
-            throw std::runtime_error("deadlock: rank " + std::to_string(rank_) + " waits for rank " + std::to_string(peer));
+            throw std::runtime_error("deadlock: rank " + std::to_string(rank_) + " waits for rank " +
+                                     std::to_string(peer));
         auto m = ch.front();
         ch.pop_front();
         if (static_cast<std::int64_t>(m->data.size()) != bytes)
-            throw std::runtime_error("size mismatch: rank " + std::to_string(rank_) + " expected " + std::to_string(bytes) +
-                                     " bytes from " + std::to_string(peer) + ", got " + std::to_string(m->data.size()));
+            throw std::runtime_error("size mismatch: rank " + std::to_string(rank_) + " expected " +
+                                     std::to_string(bytes) + " bytes from " + std::to_string(peer) + ", got " +
+                                     std::to_string(m->data.size()));
         std::memcpy(data, m->data.data(), static_cast<std::size_t>(bytes));
         m->taken = true;
         w_->cv.notify_all();
@@ -158,7 +160,8 @@ shunt::hierarchy random_hierarchy(std::mt19937& rng, int p, int max_levels) {
     std::vector<std::vector<std::int64_t>> labels;
     std::vector<std::int64_t> current(static_cast<std::size_t>(p));
     int groups = std::uniform_int_distribution<int>(1, p)(rng);
-    for (int r = 0; r < p; ++r) current[static_cast<std::size_t>(r)] = std::uniform_int_distribution<int>(0, groups - 1)(rng);
+    for (int r = 0; r < p; ++r)
+        current[static_cast<std::size_t>(r)] = std::uniform_int_distribution<int>(0, groups - 1)(rng);
     int levels = std::uniform_int_distribution<int>(0, max_levels)(rng);
     for (int k = 0; k < levels; ++k) {
         labels.push_back(current);
@@ -220,14 +223,16 @@ void check_all(const shunt::hierarchy& h, const shunt::collective_options& opt, 
         for (int run = 0; run < 2; ++run) {
             auto err = run_ranks(p, [&](sim_transport& t) {
                 std::vector<double> in(static_cast<std::size_t>(count)), res(static_cast<std::size_t>(count));
-                for (std::int64_t i = 0; i < count; ++i) in[static_cast<std::size_t>(i)] = 1.0 / static_cast<double>(input(t.rank(), i) % 97 + 1);
+                for (std::int64_t i = 0; i < count; ++i)
+                    in[static_cast<std::size_t>(i)] = 1.0 / static_cast<double>(input(t.rank(), i) % 97 + 1);
                 shunt::allreduce(t, h, in.data(), res.data(), count, sim_reduction{true}, opt);
                 out[static_cast<std::size_t>(run * p + t.rank())] = res;
             });
             REQUIRE(err == "");
         }
         for (int r = 1; r < 2 * p; ++r)
-            CHECK(std::memcmp(out[0].data(), out[static_cast<std::size_t>(r)].data(), static_cast<std::size_t>(count) * 8) == 0);
+            CHECK(std::memcmp(out[0].data(), out[static_cast<std::size_t>(r)].data(),
+                              static_cast<std::size_t>(count) * 8) == 0);
     }
     // reduce_scatter_block
     for (bool in_place : {false, true}) {
@@ -258,7 +263,8 @@ void check_all(const shunt::hierarchy& h, const shunt::collective_options& opt, 
         std::vector<std::vector<std::uint8_t>> out(static_cast<std::size_t>(p));
         auto err = run_ranks(p, [&](sim_transport& t) {
             std::vector<std::uint8_t> mine(static_cast<std::size_t>(b)), res(static_cast<std::size_t>(b * p), 0);
-            for (std::int64_t i = 0; i < b; ++i) mine[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(t.rank() * 31 + i);
+            for (std::int64_t i = 0; i < b; ++i)
+                mine[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(t.rank() * 31 + i);
             if (in_place) {
                 std::memcpy(res.data() + t.rank() * b, mine.data(), static_cast<std::size_t>(b));
                 shunt::allgather(t, h, res.data() + t.rank() * b, res.data(), b, opt);
@@ -271,7 +277,8 @@ void check_all(const shunt::hierarchy& h, const shunt::collective_options& opt, 
         for (int r = 0; r < p; ++r)
             for (int s = 0; s < p; ++s)
                 for (std::int64_t i = 0; i < b; ++i)
-                    CHECK(out[static_cast<std::size_t>(r)][static_cast<std::size_t>(s * b + i)] == static_cast<std::uint8_t>(s * 31 + i));
+                    CHECK(out[static_cast<std::size_t>(r)][static_cast<std::size_t>(s * b + i)] ==
+                          static_cast<std::uint8_t>(s * 31 + i));
     }
     // bcast from every root, both the tree and the scatter path
     for (int root = 0; root < p; ++root) {
@@ -282,14 +289,16 @@ void check_all(const shunt::hierarchy& h, const shunt::collective_options& opt, 
             auto err = run_ranks(p, [&](sim_transport& t) {
                 std::vector<std::uint8_t> buf(static_cast<std::size_t>(bytes), 0);
                 if (t.rank() == root)
-                    for (std::int64_t i = 0; i < bytes; ++i) buf[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i * 7 + root);
+                    for (std::int64_t i = 0; i < bytes; ++i)
+                        buf[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(i * 7 + root);
                 shunt::bcast(t, h, buf.data(), bytes, root, o);
                 out[static_cast<std::size_t>(t.rank())] = buf;
             });
             REQUIRE(err == "");
             for (int r = 0; r < p; ++r)
                 for (std::int64_t i = 0; i < bytes; ++i)
-                    CHECK(out[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] == static_cast<std::uint8_t>(i * 7 + root));
+                    CHECK(out[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] ==
+                          static_cast<std::uint8_t>(i * 7 + root));
         }
     }
     // alltoall at every aggregation level and flat, in place and not
@@ -302,7 +311,9 @@ void check_all(const shunt::hierarchy& h, const shunt::collective_options& opt, 
             auto err = run_ranks(p, [&](sim_transport& t) {
                 std::vector<std::uint8_t> in(static_cast<std::size_t>(b * p)), res(static_cast<std::size_t>(b * p), 0);
                 for (int j = 0; j < p; ++j)
-                    for (std::int64_t i = 0; i < b; ++i) in[static_cast<std::size_t>(j * b + i)] = static_cast<std::uint8_t>(t.rank() * 16 + j + i * 101);
+                    for (std::int64_t i = 0; i < b; ++i)
+                        in[static_cast<std::size_t>(j * b + i)] =
+                            static_cast<std::uint8_t>(t.rank() * 16 + j + i * 101);
                 if (in_place) {
                     res = in;
                     shunt::alltoall(t, h, res.data(), res.data(), b, o);
@@ -324,9 +335,11 @@ void check_all(const shunt::hierarchy& h, const shunt::collective_options& opt, 
 }  // namespace
 
 TEST_CASE("collectives on regular block hierarchies, every flat algorithm") {
-    for (auto sizes : std::vector<std::vector<int>>{{1}, {2}, {3}, {4}, {2, 2}, {4, 2}, {2, 4}, {3, 2}, {2, 2, 2}, {2, 3, 2}}) {
+    for (auto sizes :
+         std::vector<std::vector<int>>{{1}, {2}, {3}, {4}, {2, 2}, {4, 2}, {2, 4}, {3, 2}, {2, 2, 2}, {2, 3, 2}}) {
         auto h = block_hierarchy(sizes);
-        for (auto algo : {shunt::flat_algorithm::automatic, shunt::flat_algorithm::ring, shunt::flat_algorithm::halving}) {
+        for (auto algo :
+             {shunt::flat_algorithm::automatic, shunt::flat_algorithm::ring, shunt::flat_algorithm::halving}) {
             shunt::collective_options opt;
             opt.flat = algo;
             for (std::int64_t count : {0, 1, 5, 37}) check_all(h, opt, count);
@@ -352,7 +365,8 @@ TEST_CASE("allreduce on a regular hierarchy works in place: no op needs a packin
         auto own = shunt::detail::free_ranges(h, 1000);
         for (int me = 0; me < h.size(); ++me)
             for (int k = 0; k <= h.levels(); ++k)
-                for (const auto& op : shunt::detail::step_ops(h, k, me, own)) CHECK(shunt::detail::layout_of(op, own).contiguous);
+                for (const auto& op : shunt::detail::step_ops(h, k, me, own))
+                    CHECK(shunt::detail::layout_of(op, own).contiguous);
     }
 }
 
@@ -366,7 +380,8 @@ TEST_CASE("hierarchical allreduce moves less data across the top level than a fl
         for (const auto& op : shunt::detail::step_ops(h, h.levels(), me, own)) {
             CHECK(op.holders.size() == 2u);
             auto l = shunt::detail::layout_of(op, own);
-            top_elements += l.total - l.shares[static_cast<std::size_t>(std::find(op.holders.begin(), op.holders.end(), me) - op.holders.begin())];
+            top_elements += l.total - l.shares[static_cast<std::size_t>(
+                                          std::find(op.holders.begin(), op.holders.end(), me) - op.holders.begin())];
         }
     CHECK(top_elements == count);  // summed over the 8 ranks: each sends 1/8 of the vector across
 }

@@ -45,21 +45,23 @@ std::vector<int> world_ranks_of(MPI_Comm comm) {
 TEST_CASE("descriptions parse, print back, and say what is wrong") {
     using shunt::parse_topology_spec;
     CHECK(shunt::to_string(parse_topology_spec("")) == "gpu=auto;package=auto;node=auto;switch=slurm");
-    for (const char* s : {"node=2", "package=1;node=2;switch=4", "node=3,1", "node=[0,1,0,1]", "node=auto;switch={a,b|c*,d}",
-                          "numa=auto;node=auto", "node=auto;leaf=slurm;spine=slurm:2", "gpu=auto;numa=auto;node=auto"})
+    for (const char* s :
+         {"node=2", "package=1;node=2;switch=4", "node=3,1", "node=[0,1,0,1]", "node=auto;switch={a,b|c*,d}",
+          "numa=auto;node=auto", "node=auto;leaf=slurm;spine=slurm:2", "gpu=auto;numa=auto;node=auto"})
         CHECK(shunt::to_string(parse_topology_spec(s)) == s);
     CHECK(shunt::to_string(parse_topology_spec(" node = 2 ; switch = [ 0 , 0 ] ")) == "node=2;switch=[0,0]");
     CHECK(shunt::to_string(parse_topology_spec("switch=slurm:1")) == "switch=slurm");
-    for (const char* bad : {"node", "node=", "node=0", "node=2;", "node=2;node=4", "node=[1,", "node=[-1]", "switch=auto",
-                            "node={}", "node=2 x", "9node=2", "node=99999999999", "node=abc", "switch=slurm:0",
-                            "switch=slurm:", "switch=slurm2"}) {
+    for (const char* bad :
+         {"node", "node=", "node=0", "node=2;", "node=2;node=4", "node=[1,", "node=[-1]", "switch=auto", "node={}",
+          "node=2 x", "9node=2", "node=99999999999", "node=abc", "switch=slurm:0", "switch=slurm:", "switch=slurm2"}) {
         CAPTURE(bad);
         CHECK_THROWS_AS(parse_topology_spec(bad), shunt::error);
     }
     try {
         parse_topology_spec("node=2;rack=auto");
     } catch (const shunt::error& e) {
-        CHECK(std::string(e.what()).find("'auto' is known for levels node, package, numa and gpu only") != std::string::npos);
+        CHECK(std::string(e.what()).find("'auto' is known for levels node, package, numa and gpu only") !=
+              std::string::npos);
     }
 }
 
@@ -92,7 +94,7 @@ TEST_CASE("Slurm topology addresses: one group per switch of the tier") {
     CHECK(shunt::slurm_label(spine, "s0.l1.nid001", pattern) == shunt::slurm_label(spine, "s0.l2.nid003", pattern));
     CHECK(shunt::slurm_label(spine, "s0.l1.nid001", pattern) != shunt::slurm_label(spine, "s1.l1.nid004", pattern));
     CHECK(shunt::slurm_label(core, "s0.l1.nid001", pattern) == -1);  // only two tiers
-    CHECK(shunt::slurm_label(leaf, "s0.l1.nid001", "") == a);         // no pattern: all but the node are switches
+    CHECK(shunt::slurm_label(leaf, "s0.l1.nid001", "") == a);  // no pattern: all but the node are switches
     CHECK(shunt::slurm_label(leaf, "s0.l1.nid001", "switch.node") == -1);  // pattern and address disagree
     CHECK(shunt::slurm_label(leaf, "", pattern) == -1);
     CHECK(shunt::slurm_label(leaf, "nid001", "node") == -1);
@@ -211,13 +213,16 @@ TEST_CASE("uneven, non-block and multi-level descriptions on sub-communicators")
 TEST_CASE("errors in a description are raised on every rank alike") {
     const int w = world_size();
     // labels for the wrong number of ranks
-    CHECK_THROWS_AS(shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=[0]" + std::string(w == 1 ? ",0" : ""))),
-                    shunt::error);
+    CHECK_THROWS_AS(
+        shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=[0]" + std::string(w == 1 ? ",0" : ""))),
+        shunt::error);
     // groups that do not nest (only visible with more than one group)
-    if (w >= 2) CHECK_THROWS_AS(shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=2;package=1")), shunt::error);
+    if (w >= 2)
+        CHECK_THROWS_AS(shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=2;package=1")), shunt::error);
     // a host nobody matches
-    CHECK_THROWS_AS(shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=auto;switch={no-such-host-shunt}")),
-                    shunt::error);
+    CHECK_THROWS_AS(
+        shunt::topology(MPI_COMM_WORLD, shunt::parse_topology_spec("node=auto;switch={no-such-host-shunt}")),
+        shunt::error);
     // and the communicator is still fine afterwards
     int one = 1, sum = 0;
     MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
@@ -228,7 +233,9 @@ TEST_CASE("discovered levels: one machine is one node") {
     char host[MPI_MAX_PROCESSOR_NAME];
     int len = 0;
     MPI_Get_processor_name(host, &len);
-    shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("node=auto;switch={" + std::string(host, static_cast<std::size_t>(len)) + "}"));
+    shunt::topology topo(
+        MPI_COMM_WORLD,
+        shunt::parse_topology_spec("node=auto;switch={" + std::string(host, static_cast<std::size_t>(len)) + "}"));
     CHECK(topo.groups().levels() == 0);
     CHECK(topo.describe().find("all: ") != std::string::npos);
     shunt::topology dflt(MPI_COMM_WORLD, shunt::parse_topology_spec(""));
@@ -322,7 +329,7 @@ TEST_CASE("PCI bus ids: CUDA's, nvidia-smi's and hwloc's forms are one key; malf
     CHECK(k >= 0);
     CHECK(shunt::pci_key("0000:3b:00.0") == k);
     CHECK(shunt::pci_key("00000000:3B:00.0") == k);  // nvidia-smi's 8-digit domain
-    CHECK(shunt::pci_key("3b:00.0") == k);            // no domain: domain 0
+    CHECK(shunt::pci_key("3b:00.0") == k);  // no domain: domain 0
     CHECK(shunt::pci_bus_id(k) == "0000:3b:00.0");
     CHECK(shunt::pci_key("0001:3b:00.0") != k);
     CHECK(shunt::pci_key("0000:3b:01.0") != k);
@@ -392,7 +399,8 @@ TEST_CASE("gpu=auto groups the ranks that use one GPU, on every rank alike") {
         if (w <= 2) {
             CHECK(h.levels() == 0);  // one GPU for everyone: the level is the node's, dropped
             CHECK(topo.describe().find(w == 1 ? "gpu: ignored, every group is a single rank"
-                                              : "gpu: ignored, its groups are those of the level above") != std::string::npos);
+                                              : "gpu: ignored, its groups are those of the level above") !=
+                  std::string::npos);
         } else {
             REQUIRE(h.levels() == 1);
             CHECK(h.name(0) == "gpu");
@@ -406,7 +414,8 @@ TEST_CASE("gpu=auto groups the ranks that use one GPU, on every rank alike") {
         with_synthetic_gpus alternate([](int r) { return bus(r % 2); });
         shunt::topology topo(MPI_COMM_WORLD, shunt::parse_topology_spec("gpu=auto"));
         REQUIRE(topo.groups().levels() == 1);
-        for (int r = 0; r < w; ++r) CHECK((topo.groups().group_of(0, r) == topo.groups().group_of(0, me)) == (r % 2 == me % 2));
+        for (int r = 0; r < w; ++r)
+            CHECK((topo.groups().group_of(0, r) == topo.groups().group_of(0, me)) == (r % 2 == me % 2));
         // The same GPUs under virtual nodes of 2 consecutive ranks: split by node, single ranks,
         // so the level goes (and the description does not fail to nest).
         shunt::topology split(MPI_COMM_WORLD, shunt::parse_topology_spec("gpu=auto;node=2"));
