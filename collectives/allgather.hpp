@@ -1,6 +1,7 @@
 // shunt/collectives/allgather.hpp: hierarchical allgather (top level first on the smallest parts, then down the levels).
 #pragma once
 
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
@@ -10,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace shunt {
@@ -49,5 +51,59 @@ inline void allgather(const topology& topo, const void* sendbuf, void* recvbuf, 
         sendbuf == MPI_IN_PLACE ? static_cast<const std::byte*>(recvbuf) + topo.rank() * count * es : sendbuf;
     allgather(t, topo.groups(opt.levels), mine, recvbuf, count * es, opt);
 }
+
+/// MPI_Allgather as the preload library runs it (see mpi_allreduce for the members): the send and
+/// receive datatypes may differ, and differ between ranks, as MPI allows; what is not dense is
+/// packed into a contiguous image (shunt's host packer, or the library's for a type shunt does not
+/// know) and unpacked after.
+struct mpi_allgather {
+    static constexpr coll_op op = coll_op::allgather;
+    static mpi_coll_args describe(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+        return mpi_block_args(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Allgather(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm);
+    }
+    static pass_reason early(const mpi_coll_args& a, bool, mpi_coll_facts&, std::int64_t& key) {
+        if (a.recvcount == 0) return pass_reason::empty;
+        key = mpi_key_bytes(a.recvcount, a.recvtype, true, a.comm);
+        return pass_reason::none;
+    }
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        if (a.recvcount < 0 || detail::aliased(a.sendbuf, a.recvbuf) ||
+            PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS || PMPI_Comm_rank(a.comm, &f.me) != MPI_SUCCESS)
+            return pass_reason::bad_argument;
+        return detail::block_types(a, types, f);
+    }
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts& f, mpi_coll_spans& out) {
+        const bool in_place = a.sendbuf == MPI_IN_PLACE;
+        byte_span send, recv;
+        if (!in_place) send.add(a.sendtype, a.sendcount);  // ignored, maybe invalid, in place
+        recv.add(a.recvtype, std::int64_t{a.recvcount} * f.size);
+        out.push_back({true, send, true, false});
+        out.push_back({false, recv, in_place, true});
+    }
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
+                    const collective_options& opt) {
+        mpi_transport t(topo.comm());
+        detail::byte_image all(a.recvbuf, std::int64_t{a.recvcount} * f.size, a.recvtype, f.rt);
+        std::byte* mine = all.data() + f.me * f.block;
+        if (a.sendbuf == MPI_IN_PLACE) {
+            if (all.staged()) {
+                detail::byte_image own(static_cast<char*>(a.recvbuf) + f.me * a.recvcount * f.rt.extent, a.recvcount,
+                                       a.recvtype, f.rt);
+                own.pack();
+                std::memcpy(mine, own.data(), static_cast<std::size_t>(f.block));
+            }
+        } else {
+            detail::byte_image send(const_cast<void*>(a.sendbuf), a.sendcount, a.sendtype, f.st);
+            send.pack();
+            std::memcpy(mine, send.data(), static_cast<std::size_t>(f.block));
+        }
+        allgather(t, topo.groups(opt.levels), mine, all.data(), f.block);
+        all.unpack();
+    }
+};
 
 }  // namespace shunt

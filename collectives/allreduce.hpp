@@ -1,6 +1,7 @@
 // shunt/collectives/allreduce.hpp: hierarchical allreduce (partitioned reduce-scatter up the levels, allgather back down).
 #pragma once
 
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
@@ -45,5 +46,50 @@ inline void allreduce(const topology& topo, const void* sendbuf, void* recvbuf, 
     mpi_transport t(topo.comm());
     allreduce(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, opt);
 }
+
+/// MPI_Allreduce as the preload library runs it (collectives/mpi_call.hpp's descriptor): the
+/// descriptor of a call, the library's call, the checks that leave it to the library, the device
+/// spans, shunt's schedule. Every collective shunt runs has such a form, mpi_<name> for
+/// MPI_<Name>, with these members; the preload library's executor is written against them.
+struct mpi_allreduce {
+    static constexpr coll_op op = coll_op::allreduce;
+    /// The descriptor of a call of MPI_Allreduce's arguments.
+    static mpi_coll_args describe(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                                  MPI_Comm comm) {
+        return {
+            .sendbuf = sendbuf, .recvbuf = recvbuf, .recvcount = count, .recvtype = datatype, .op = op, .comm = comm};
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Allreduce(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm);
+    }
+    /// Before the settled-decision lookup: why the library runs the call at once; the lookup's key
+    /// (-1: none) and whether the call may be measured (`measure_all`: SHUNT_COLL=measure).
+    static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {
+        if (a.recvcount == 0) return pass_reason::empty;
+        f.live = measure_all || detail::exact_reduction(a.recvtype, a.op);
+        key = mpi_key_bytes(a.recvcount, a.recvtype, false, a.comm);
+        return pass_reason::none;
+    }
+    /// The remaining checks; fills f.bytes and what run() needs.
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        if (a.recvcount < 0 || a.recvbuf == nullptr || a.sendbuf == a.recvbuf) return pass_reason::bad_argument;
+        if (const pass_reason why = detail::reduction_element(a.recvtype, a.op, types, f.es); why != pass_reason::none)
+            return why;
+        f.bytes = f.es * a.recvcount;
+        return pass_reason::none;
+    }
+    /// The bytes each buffer's elements occupy, read and written.
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts&, mpi_coll_spans& out) {
+        byte_span span;
+        span.add(a.recvtype, a.recvcount);
+        out.push_back({true, span, true, false});
+        out.push_back({false, span, a.sendbuf == MPI_IN_PLACE, true});
+    }
+    /// shunt's schedule, on every rank of the call.
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts&,
+                    const collective_options& opt) {
+        allreduce(topo, a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, opt);
+    }
+};
 
 }  // namespace shunt

@@ -1,6 +1,7 @@
 // shunt/collectives/alltoall.hpp: node-aware alltoall (messages aggregated per group before they cross the outer level).
 #pragma once
 
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
@@ -193,5 +194,52 @@ inline void alltoall(const topology& topo, const void* sendbuf, void* recvbuf, s
     mpi_transport t(topo.comm());
     alltoall(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count * es, opt);
 }
+
+/// MPI_Alltoall as the preload library runs it (see mpi_allreduce and mpi_allgather).
+struct mpi_alltoall {
+    static constexpr coll_op op = coll_op::alltoall;
+    static mpi_coll_args describe(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+        return mpi_block_args(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Alltoall(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm);
+    }
+    static pass_reason early(const mpi_coll_args& a, bool, mpi_coll_facts&, std::int64_t& key) {
+        if (a.recvcount == 0) return pass_reason::empty;
+        key = mpi_key_bytes(a.recvcount, a.recvtype, true, a.comm);
+        return pass_reason::none;
+    }
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        int inter = 0;
+        if (a.recvcount < 0 || detail::aliased(a.sendbuf, a.recvbuf) ||
+            PMPI_Comm_test_inter(a.comm, &inter) != MPI_SUCCESS || inter ||
+            PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS)
+            return pass_reason::bad_argument;
+        return detail::block_types(a, types, f);
+    }
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts& f, mpi_coll_spans& out) {
+        const bool in_place = a.sendbuf == MPI_IN_PLACE;
+        byte_span send, recv;
+        if (!in_place) send.add(a.sendtype, std::int64_t{a.sendcount} * f.size);
+        recv.add(a.recvtype, std::int64_t{a.recvcount} * f.size);
+        out.push_back({true, send, true, false});
+        out.push_back({false, recv, in_place, true});
+    }
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
+                    const collective_options& opt) {
+        mpi_transport t(topo.comm());
+        detail::byte_image out(a.recvbuf, std::int64_t{a.recvcount} * f.size, a.recvtype, f.rt);
+        if (a.sendbuf == MPI_IN_PLACE) {
+            out.pack();
+            alltoall(t, topo.groups(opt.levels), out.data(), out.data(), f.block);
+        } else {
+            detail::byte_image in(const_cast<void*>(a.sendbuf), std::int64_t{a.sendcount} * f.size, a.sendtype, f.st);
+            in.pack();
+            alltoall(t, topo.groups(opt.levels), in.data(), out.data(), f.block);
+        }
+        out.unpack();
+    }
+};
 
 }  // namespace shunt

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <shunt/collectives/alltoall.hpp>
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
@@ -230,5 +231,71 @@ inline void alltoallv(const topology& topo, const void* sendbuf, const int sendc
         alltoallv(t, topo.groups(opt.levels), sendbuf, sb, so, recvbuf, rb, ro, opt);
     }
 }
+
+/// MPI_Alltoallv as the preload library runs it (see mpi_allreduce and mpi_allgather). One
+/// planner decision per communicator (key 0): every rank must take the same path, and the sizes
+/// differ per rank. Every check that passes to the library is one an MPI-correct program answers
+/// alike on all ranks.
+struct mpi_alltoallv {
+    static constexpr coll_op op = coll_op::alltoallv;
+    static mpi_coll_args describe(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                                  MPI_Datatype sendtype, void* recvbuf, const int recvcounts[], const int rdispls[],
+                                  MPI_Datatype recvtype, MPI_Comm comm) {
+        return {.sendbuf = sendbuf,
+                .recvbuf = recvbuf,
+                .sendcounts = sendcounts,
+                .sdispls = sdispls,
+                .recvcounts = recvcounts,
+                .rdispls = rdispls,
+                .sendtype = sendtype,
+                .recvtype = recvtype,
+                .comm = comm};
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Alltoallv(a.sendbuf, a.sendcounts, a.sdispls, a.sendtype, a.recvbuf, a.recvcounts, a.rdispls,
+                              a.recvtype, a.comm);
+    }
+    static pass_reason early(const mpi_coll_args&, bool, mpi_coll_facts&, std::int64_t& key) {
+        key = 0;
+        return pass_reason::none;
+    }
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        const bool in_place = a.sendbuf == MPI_IN_PLACE;
+        int inter = 0;
+        if (a.recvcounts == nullptr || a.rdispls == nullptr ||
+            (!in_place && (a.sendcounts == nullptr || a.sdispls == nullptr)) ||
+            PMPI_Comm_test_inter(a.comm, &inter) != MPI_SUCCESS || inter ||
+            PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS)
+            return pass_reason::bad_argument;
+        if (!detail::two_types(a, types, f)) return pass_reason::bad_argument;
+        for (int j = 0; j < f.size; ++j)
+            if (a.recvcounts[j] < 0 || (!in_place && a.sendcounts[j] < 0)) return pass_reason::bad_argument;
+        f.bytes = 0;
+        return pass_reason::none;
+    }
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts& f, mpi_coll_spans& out) {
+        const bool in_place = a.sendbuf == MPI_IN_PLACE;
+        byte_span send, recv;
+        for (int j = 0; j < f.size; ++j) {
+            if (!in_place) send.add(a.sendtype, a.sendcounts[j], std::int64_t{a.sdispls[j]} * f.st.extent);
+            recv.add(a.recvtype, a.recvcounts[j], std::int64_t{a.rdispls[j]} * f.rt.extent);
+        }
+        out.push_back({true, send, true, false});
+        out.push_back({false, recv, in_place, true});
+    }
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
+                    const collective_options& opt) {
+        const bool in_place = a.sendbuf == MPI_IN_PLACE;
+        mpi_transport t(topo.comm());
+        // In place: the data to send are in recvbuf under the receive counts, copied out first.
+        detail::block_images in(in_place ? a.recvbuf : const_cast<void*>(a.sendbuf),
+                                in_place ? a.recvcounts : a.sendcounts, in_place ? a.rdispls : a.sdispls,
+                                in_place ? a.recvtype : a.sendtype, f.st, f.size, true, in_place);
+        detail::block_images out(a.recvbuf, a.recvcounts, a.rdispls, a.recvtype, f.rt, f.size, false, false);
+        alltoallv(t, topo.groups(opt.levels), in.base(), in.bytes(), in.offsets(), out.base(), out.bytes(),
+                  out.offsets());
+        out.scatter(f.size);
+    }
+};
 
 }  // namespace shunt

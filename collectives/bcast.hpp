@@ -1,6 +1,7 @@
 // shunt/collectives/bcast.hpp: hierarchical broadcast (scatter inside the root's group, then allgather over the levels).
 #pragma once
 
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
@@ -64,5 +65,46 @@ inline void bcast(const topology& topo, void* buf, std::int64_t count, MPI_Datat
     mpi_transport t(topo.comm());
     bcast(t, topo.groups(opt.levels), buf, count * es, root, opt);
 }
+
+/// MPI_Bcast as the preload library runs it (see mpi_allreduce and mpi_allgather); the buffer is
+/// the descriptor's recvbuf, its count and datatype recvcount and recvtype.
+struct mpi_bcast {
+    static constexpr coll_op op = coll_op::bcast;
+    static mpi_coll_args describe(void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
+        return {.recvbuf = buffer, .recvcount = count, .recvtype = datatype, .root = root, .comm = comm};
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Bcast(a.recvbuf, a.recvcount, a.recvtype, a.root, a.comm);
+    }
+    static pass_reason early(const mpi_coll_args& a, bool, mpi_coll_facts&, std::int64_t& key) {
+        if (a.recvcount == 0) return pass_reason::empty;
+        key = mpi_key_bytes(a.recvcount, a.recvtype, false, a.comm);
+        return pass_reason::none;
+    }
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        int inter = 0;
+        if (a.recvcount < 0 || PMPI_Comm_test_inter(a.comm, &inter) != MPI_SUCCESS || inter ||
+            PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS || PMPI_Comm_rank(a.comm, &f.me) != MPI_SUCCESS ||
+            a.root < 0 || a.root >= f.size)
+            return pass_reason::bad_argument;
+        f.rt = detail::facts_of(a.recvtype, types);
+        if (!f.rt.ok || f.rt.size == 0 || detail::null_buffer(a.recvbuf, f.rt)) return pass_reason::bad_argument;
+        f.bytes = a.recvcount * f.rt.size;
+        return pass_reason::none;
+    }
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts& f, mpi_coll_spans& out) {
+        byte_span span;
+        span.add(a.recvtype, a.recvcount);
+        out.push_back({false, span, f.me == a.root, f.me != a.root});
+    }
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
+                    const collective_options& opt) {
+        mpi_transport t(topo.comm());
+        detail::byte_image image(a.recvbuf, a.recvcount, a.recvtype, f.rt);
+        if (f.me == a.root) image.pack();
+        bcast(t, topo.groups(opt.levels), image.data(), image.bytes(), a.root);
+        if (f.me != a.root) image.unpack();
+    }
+};
 
 }  // namespace shunt

@@ -1,6 +1,7 @@
 // shunt/collectives/reduce.hpp: hierarchical reduce to a root (partitioned reduce-scatter up the levels, then a gather of the parts).
 #pragma once
 
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
@@ -67,5 +68,50 @@ inline void reduce(const topology& topo, const void* sendbuf, void* recvbuf, std
     mpi_transport t(topo.comm());
     reduce(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, root, opt);
 }
+
+/// MPI_Reduce as the preload library runs it (see mpi_allreduce for the members).
+struct mpi_reduce {
+    static constexpr coll_op op = coll_op::reduce;
+    static mpi_coll_args describe(const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                                  int root, MPI_Comm comm) {
+        return {.sendbuf = sendbuf,
+                .recvbuf = recvbuf,
+                .recvcount = count,
+                .recvtype = datatype,
+                .op = op,
+                .root = root,
+                .comm = comm};
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Reduce(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.root, a.comm);
+    }
+    static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {
+        if (PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS || PMPI_Comm_rank(a.comm, &f.me) != MPI_SUCCESS)
+            return pass_reason::bad_argument;
+        if (a.recvcount == 0) return pass_reason::empty;
+        f.live = measure_all || detail::exact_reduction(a.recvtype, a.op);
+        key = mpi_key_bytes(a.recvcount, a.recvtype, false, a.comm);
+        return pass_reason::none;
+    }
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        if (a.recvcount < 0 || a.root < 0 || a.root >= f.size || a.sendbuf == nullptr ||
+            (f.me == a.root && (a.recvbuf == nullptr || a.sendbuf == a.recvbuf)))
+            return pass_reason::bad_argument;
+        if (const pass_reason why = detail::reduction_element(a.recvtype, a.op, types, f.es); why != pass_reason::none)
+            return why;
+        f.bytes = f.es * a.recvcount;
+        return pass_reason::none;
+    }
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts& f, mpi_coll_spans& out) {
+        byte_span span;
+        span.add(a.recvtype, a.recvcount);
+        out.push_back({true, span, true, false});
+        if (f.me == a.root) out.push_back({false, span, a.sendbuf == MPI_IN_PLACE, true});
+    }
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts&,
+                    const collective_options& opt) {
+        reduce(topo, a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.root, opt);
+    }
+};
 
 }  // namespace shunt

@@ -1,6 +1,7 @@
 // shunt/collectives/reduce_scatter.hpp: hierarchical reduce-scatter with a count per rank (MPI_Reduce_scatter).
 #pragma once
 
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
@@ -62,5 +63,57 @@ inline void reduce_scatter(const topology& topo, const void* sendbuf, void* recv
     mpi_transport t(topo.comm());
     reduce_scatter(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, counts, red, opt);
 }
+
+/// MPI_Reduce_scatter as the preload library runs it (see mpi_allreduce for the members). No
+/// settled-decision lookup before the checks: the key needs every rank's count.
+struct mpi_reduce_scatter {
+    static constexpr coll_op op = coll_op::reduce_scatter;
+    static mpi_coll_args describe(const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype,
+                                  MPI_Op op, MPI_Comm comm) {
+        return {.sendbuf = sendbuf,
+                .recvbuf = recvbuf,
+                .recvcounts = recvcounts,
+                .recvtype = datatype,
+                .op = op,
+                .comm = comm};
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Reduce_scatter(a.sendbuf, a.recvbuf, a.recvcounts, a.recvtype, a.op, a.comm);
+    }
+    static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {
+        int inter = 0;
+        if (a.recvcounts == nullptr || a.sendbuf == a.recvbuf || PMPI_Comm_test_inter(a.comm, &inter) != MPI_SUCCESS ||
+            inter || PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS)
+            return pass_reason::bad_argument;
+        for (int r = 0; r < f.size; ++r) {
+            if (a.recvcounts[r] < 0) return pass_reason::bad_argument;
+            f.total += a.recvcounts[r];
+        }
+        if (f.total == 0) return pass_reason::empty;
+        f.live = measure_all || detail::exact_reduction(a.recvtype, a.op);
+        key = -1;
+        return pass_reason::none;
+    }
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        if (const pass_reason why = detail::reduction_element(a.recvtype, a.op, types, f.es); why != pass_reason::none)
+            return why;
+        f.bytes = f.es * f.total;
+        return pass_reason::none;
+    }
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts& f, mpi_coll_spans& out) {
+        int me = 0;
+        if (PMPI_Comm_rank(a.comm, &me) != MPI_SUCCESS) return;
+        byte_span all, mine;
+        all.add(a.recvtype, f.total);
+        mine.add(a.recvtype, a.recvcounts[me]);
+        const bool in_place = a.sendbuf == MPI_IN_PLACE;
+        out.push_back({true, all, true, false});
+        out.push_back({false, in_place ? all : mine, in_place, true});
+    }
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts&,
+                    const collective_options& opt) {
+        reduce_scatter(topo, a.sendbuf, a.recvbuf, a.recvcounts, a.recvtype, a.op, opt);
+    }
+};
 
 }  // namespace shunt

@@ -1,6 +1,7 @@
 // shunt/collectives/reduce_scatter_block.hpp: hierarchical reduce-scatter with equal blocks (MPI_Reduce_scatter_block).
 #pragma once
 
+#include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
@@ -52,5 +53,48 @@ inline void reduce_scatter_block(const topology& topo, const void* sendbuf, void
     reduce_scatter_block(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red,
                          opt);
 }
+
+/// MPI_Reduce_scatter_block as the preload library runs it (see mpi_allreduce for the members).
+struct mpi_reduce_scatter_block {
+    static constexpr coll_op op = coll_op::reduce_scatter_block;
+    static mpi_coll_args describe(const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op,
+                                  MPI_Comm comm) {
+        return {.sendbuf = sendbuf,
+                .recvbuf = recvbuf,
+                .recvcount = recvcount,
+                .recvtype = datatype,
+                .op = op,
+                .comm = comm};
+    }
+    static int library(const mpi_coll_args& a) {
+        return PMPI_Reduce_scatter_block(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm);
+    }
+    static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {
+        if (PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS) return pass_reason::bad_argument;
+        if (a.recvcount == 0) return pass_reason::empty;
+        f.live = measure_all || detail::exact_reduction(a.recvtype, a.op);
+        key = mpi_key_bytes(a.recvcount, a.recvtype, true, a.comm);
+        return pass_reason::none;
+    }
+    static pass_reason check(const mpi_coll_args& a, type_source& types, mpi_coll_facts& f) {
+        if (a.recvcount < 0 || a.recvbuf == nullptr || a.sendbuf == a.recvbuf) return pass_reason::bad_argument;
+        if (const pass_reason why = detail::reduction_element(a.recvtype, a.op, types, f.es); why != pass_reason::none)
+            return why;
+        f.bytes = f.es * a.recvcount * f.size;
+        return pass_reason::none;
+    }
+    static void spans(const mpi_coll_args& a, const mpi_coll_facts& f, mpi_coll_spans& out) {
+        byte_span all, mine;
+        all.add(a.recvtype, std::int64_t{a.recvcount} * f.size);
+        mine.add(a.recvtype, a.recvcount);
+        const bool in_place = a.sendbuf == MPI_IN_PLACE;
+        out.push_back({true, all, true, false});
+        out.push_back({false, in_place ? all : mine, in_place, true});
+    }
+    static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts&,
+                    const collective_options& opt) {
+        reduce_scatter_block(topo, a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, opt);
+    }
+};
 
 }  // namespace shunt

@@ -5,124 +5,35 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <mutex>
 #include <new>
 
 #include <pthread.h>
 
+#include <shunt/plan/pass.hpp>
+
+#include "mpi_calls.hpp"
+
 namespace shunt::detail {
 
-/// The intercepted MPI functions, in report order.
+/// The intercepted MPI functions, in report order (mpi_calls.hpp).
 enum class shim : std::uint8_t {
-    pack,
-    unpack,
-    pack_size,
-    type_commit,
-    type_dup,
-    type_free,
-    init,
-    init_thread,
-    finalize,
-    allreduce,
-    reduce,
-    reduce_scatter_block,
-    reduce_scatter,
-    allgather,
-    allgatherv,
-    bcast,
-    alltoall,
-    alltoallv,
-    alltoallw,
-    neighbor_alltoallw,
-    send,
-    recv,
-    isend,
-    irecv,
-    sendrecv,
-    sendrecv_replace,
-    ssend,
-    rsend,
-    bsend,
-    issend,
-    irsend,
-    ibsend,
-    send_init,
-    recv_init,
-    ssend_init,
-    rsend_init,
-    bsend_init,
-    start,
-    startall,
-    mrecv,
-    imrecv,
-    wait,
-    waitall,
-    waitany,
-    waitsome,
-    test,
-    testall,
-    testany,
-    testsome,
-    request_free,
-    cancel,
-    request_get_status,
+#define SHUNT_SHIM_ENUM_(name, Name, params, args) name,
+    SHUNT_MPI_CALLS(SHUNT_SHIM_ENUM_)
+#undef SHUNT_SHIM_ENUM_
 };
-inline constexpr std::array<const char*, 52> shim_names = {"MPI_Pack",           "MPI_Unpack",
-                                                           "MPI_Pack_size",      "MPI_Type_commit",
-                                                           "MPI_Type_dup",       "MPI_Type_free",
-                                                           "MPI_Init",           "MPI_Init_thread",
-                                                           "MPI_Finalize",       "MPI_Allreduce",
-                                                           "MPI_Reduce",         "MPI_Reduce_scatter_block",
-                                                           "MPI_Reduce_scatter", "MPI_Allgather",
-                                                           "MPI_Allgatherv",     "MPI_Bcast",
-                                                           "MPI_Alltoall",       "MPI_Alltoallv",
-                                                           "MPI_Alltoallw",      "MPI_Neighbor_alltoallw",
-                                                           "MPI_Send",           "MPI_Recv",
-                                                           "MPI_Isend",          "MPI_Irecv",
-                                                           "MPI_Sendrecv",       "MPI_Sendrecv_replace",
-                                                           "MPI_Ssend",          "MPI_Rsend",
-                                                           "MPI_Bsend",          "MPI_Issend",
-                                                           "MPI_Irsend",         "MPI_Ibsend",
-                                                           "MPI_Send_init",      "MPI_Recv_init",
-                                                           "MPI_Ssend_init",     "MPI_Rsend_init",
-                                                           "MPI_Bsend_init",     "MPI_Start",
-                                                           "MPI_Startall",       "MPI_Mrecv",
-                                                           "MPI_Imrecv",         "MPI_Wait",
-                                                           "MPI_Waitall",        "MPI_Waitany",
-                                                           "MPI_Waitsome",       "MPI_Test",
-                                                           "MPI_Testall",        "MPI_Testany",
-                                                           "MPI_Testsome",       "MPI_Request_free",
-                                                           "MPI_Cancel",         "MPI_Request_get_status"};
-inline constexpr std::size_t shim_count = shim_names.size();
-static_assert(static_cast<std::size_t>(shim::request_get_status) + 1 == shim_count, "every shim needs a name");
+inline constexpr const char* shim_names[] = {
+#define SHUNT_SHIM_NAME_(name, Name, params, args) "MPI_" #Name,
+    SHUNT_MPI_CALLS(SHUNT_SHIM_NAME_)
+#undef SHUNT_SHIM_NAME_
+};
+inline constexpr std::size_t shim_count = std::size(shim_names);
 /// The first and last collective shims.
 inline constexpr shim first_collective = shim::allreduce, last_collective = shim::neighbor_alltoallw;
 /// The first and last point-to-point shims (data movers, then completion calls from first_completion).
 inline constexpr shim first_p2p = shim::send, first_completion = shim::wait, last_p2p = shim::request_get_status;
-
-/// Why a data-moving call went to the library instead of shunt's packer.
-enum class pass_reason : std::uint8_t {
-    none,  ///< not passed: shunt handles the call
-    not_running,  ///< MPI not initialised, or already finalised
-    bad_argument,  ///< an argument the library must judge itself (null, negative, MPI_BOTTOM)
-    forced,  ///< SHUNT_PACK=library
-    rejected,  ///< the library rejected the communicator or datatype: its error is returned
-    unknown_type,  ///< not committed through shunt's shims, unsupported, or MPI_DATATYPE_NULL
-    too_large,  ///< count * size overflows 64 bits, or the packer refused the size
-    would_truncate,  ///< the data does not fit: the library raises its own error
-    planned,  ///< the cost model chose the library's packer
-    internal,  ///< shunt failed internally (logged once)
-    unsupported,  ///< a collective shunt does not run: op, datatype, communicator or buffers
-    measuring,  ///< the library's run while the planner measures both methods
-    empty,  ///< a collective that moves no data, or a communicator of one rank; a
-    ///< point-to-point call of zero elements or with MPI_PROC_NULL
-    contiguous,  ///< point-to-point data that is one contiguous run in host memory: nothing to pack
-};
-inline constexpr std::array<const char*, 14> pass_reason_names = {
-    "none",         "mpi-not-running", "bad-argument",   "forced-library",  "rejected-by-library",
-    "unknown-type", "too-large",       "would-truncate", "planned-library", "internal-error",
-    "unsupported",  "measuring",       "nothing-to-do",  "contiguous"};
-inline constexpr std::size_t pass_reason_count = pass_reason_names.size();
+static_assert(static_cast<std::size_t>(last_p2p) + 1 == shim_count, "point-to-point calls come last");
 
 /// What a data-moving call does: pack, unpack, a collective, a point-to-point send or receive.
 enum class direction : std::uint8_t { pack, unpack, collective, send, recv };
@@ -166,8 +77,8 @@ public:
     counters(const counters&) = delete;
     counters& operator=(const counters&) = delete;
 
-    /// Inlined: on every intercepted call (out of line, the three counts of a repeated MPI_Pack
-    /// cost about 20 of its 315 instructions more).
+    /// Inlined: on every intercepted call, where a call out of line would cost a repeated
+    /// MPI_Pack a noticeable share of its instructions.
     [[gnu::always_inline]] void add(std::size_t index, std::uint64_t n = 1) noexcept { add_to(mine(), index, n); }
     /// add(first, n_first) and add(second, n_second), finding the thread's block once.
     [[gnu::always_inline]] void add(std::size_t first, std::uint64_t n_first, std::size_t second,

@@ -116,14 +116,6 @@ std::string summary_table(const flat& f, int ranks) {
 
 }  // namespace
 
-void runtime::keep_w_record(std::shared_ptr<w_record> r) noexcept {
-    try {
-        const std::lock_guard lock(tuners_mutex_);
-        w_records_.push_back(std::move(r));
-    } catch (...) {  // no memory: the report goes without this decision
-    }
-}
-
 /// MPI_Alltoallw and MPI_Neighbor_alltoallw: one decision per communicator; communicators of
 /// the same size that decided alike (and measured, or not, alike) are one line with summed calls.
 std::string runtime::fused_decisions_text(bool one_line) const {
@@ -137,7 +129,7 @@ std::string runtime::fused_decisions_text(bool one_line) const {
     };
     std::vector<line> lines;
     {
-        const std::lock_guard lock(tuners_mutex_);
+        const std::lock_guard lock(records_mutex_);
         for (const auto& r : w_records_) {
             const bool measured = r->measured[0] >= 0;
             const std::string why = measured ? "measured" : r->why;
@@ -191,13 +183,12 @@ std::string runtime::decisions_text(bool one_line) const {
         std::string alts = d.measured ? "measured " : d.measuring ? "measuring; predicted " : "predicted ";
         for (std::uint8_t k = 0; k < d.count; ++k)
             alts +=
-                format("%s%.*s %.3g us", k ? ", " : "", static_cast<int>(d.alternatives[k].method.size()),
-                       d.alternatives[k].method.data(),
+                format("%s%s %.3g us", k ? ", " : "", std::string(to_string(d.alternatives[k].method)).c_str(),
                        (d.measured && k < d.measured_s.size() ? d.measured_s[k] : d.alternatives[k].predicted_s) * 1e6);
-        out += format(one_line ? "; %s %" PRId64
-                               : "\n    %s %" PRId64 " bytes in %" PRId64 " blocks -> %.*s%s x %" PRIu64 " (%s)",
-                      std::string(to_string(d.op)).c_str(), d.bytes, d.blocks, static_cast<int>(d.method().size()),
-                      d.method().data(), d.forced ? " (forced)" : "", d.taken, alts.c_str());
+        out += format(
+            one_line ? "; %s %" PRId64 : "\n    %s %" PRId64 " bytes in %" PRId64 " blocks -> %s%s x %" PRIu64 " (%s)",
+            std::string(to_string(d.op)).c_str(), d.bytes, d.blocks, std::string(to_string(d.method())).c_str(),
+            d.forced ? " (forced)" : "", d.taken, alts.c_str());
     }
     if (all.size() > shown) out += format(one_line ? "; ... %zu more" : "\n    ... %zu more", all.size() - shown);
     if (const std::uint64_t n = planner_.uncached(); n > 0)
@@ -207,7 +198,7 @@ std::string runtime::decisions_text(bool one_line) const {
     // Communicators of the same shape that decided alike are one line.
     std::vector<std::pair<coll_shape, coll_decision>> colls;
     {
-        std::lock_guard lock(tuners_mutex_);
+        std::lock_guard lock(records_mutex_);
         for (const auto& t : tuners_)
             t->for_each([&](const coll_decision& d) {
                 const coll_shape& shape = t->shape();

@@ -278,9 +278,7 @@ int explain(int argc, char** argv) {
     }
     std::string where;
     auto model = effective_model(where);
-    // SHUNT_PACK's words "library" and "host" are the planner's method names; the others
-    // (auto and the device methods) leave host decisions to the model.
-    shunt::planner pl(model, {shunt::detail::pack_kind::name(shunt::config().pack)});
+    shunt::planner pl(model, shunt::overrides_of(shunt::config().pack));
     // A vector of BYTES / BLOCK blocks of BLOCK bytes, twice as far apart: the shape the pack
     // tables are measured on.
     shunt::type_info t;
@@ -293,8 +291,8 @@ int explain(int argc, char** argv) {
                 static_cast<long long>(t.size), static_cast<long long>(d.blocks), static_cast<long long>(block),
                 where.c_str());
     for (std::uint8_t i = 0; i < d.count; ++i)
-        std::printf("  %-8.*s predicted %10.3f us%s\n", static_cast<int>(d.alternatives[i].method.size()),
-                    d.alternatives[i].method.data(), d.alternatives[i].predicted_s * 1e6,
+        std::printf("  %-8s predicted %10.3f us%s\n", std::string(shunt::to_string(d.alternatives[i].method)).c_str(),
+                    d.alternatives[i].predicted_s * 1e6,
                     i == d.chosen ? (d.forced ? "   <- chosen (forced by SHUNT_PACK)" : "   <- chosen") : "");
     if (block >= 64 && !t.dense(1))
         std::printf(

@@ -54,6 +54,28 @@ namespace detail {
     throw mpi_error(rc, text);
 }
 
+/// MPI_ERRORS_RETURN on a communicator (none for MPI_COMM_NULL) for this object's lifetime, its
+/// handler restored after: for shunt's own calls whose errors the application must not see
+/// through its handler. Other threads using the communicator meanwhile see it too.
+class errors_returned {
+public:
+    explicit errors_returned(MPI_Comm comm) noexcept : comm_(comm) {
+        swapped_ = comm != MPI_COMM_NULL && PMPI_Comm_get_errhandler(comm, &old_) == MPI_SUCCESS &&
+                   PMPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN) == MPI_SUCCESS;
+    }
+    ~errors_returned() {
+        if (swapped_) PMPI_Comm_set_errhandler(comm_, old_);
+        if (old_ != MPI_ERRHANDLER_NULL) PMPI_Errhandler_free(&old_);
+    }
+    errors_returned(const errors_returned&) = delete;
+    errors_returned& operator=(const errors_returned&) = delete;
+
+private:
+    MPI_Comm comm_;
+    MPI_Errhandler old_ = MPI_ERRHANDLER_NULL;
+    bool swapped_ = false;
+};
+
 }  // namespace detail
 }  // namespace shunt
 

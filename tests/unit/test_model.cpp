@@ -531,7 +531,7 @@ bool second_look(planner& p, const type_info& t, std::uint8_t verdict, double li
         REQUIRE_FALSE(c.m.timed);
         REQUIRE(c.m.method == (i == planner::recheck_after + 1 ? other : verdict));
         REQUIRE(c.d.measured);
-        REQUIRE(c.d.method() == (verdict == lib ? "library" : "host"));
+        REQUIRE(c.d.method() == (verdict == lib ? pack_method::library : pack_method::host));
     }
     const std::uint8_t order[] = {other, verdict, verdict, other, other, verdict, verdict, other};
     bool settled = false;
@@ -550,7 +550,7 @@ TEST_CASE("pack planner: a new key is measured on its own calls, and a slower sh
     planner p(std::make_shared<cost_model>());
     const type_info t = rows_info(8192, 8, 512);  // 64 KiB; the analytic model picks shunt's packer
     planned c = pack_call(p, t);
-    REQUIRE(c.d.method() == "host");
+    REQUIRE(c.d.method() == pack_method::host);
     CHECK(c.m.measuring);
     CHECK_FALSE(c.m.timed);  // the first warm-up: the model's choice, untimed
     CHECK(c.m.method == host);
@@ -567,11 +567,11 @@ TEST_CASE("pack planner: a new key is measured on its own calls, and a slower sh
         CHECK(ran == order[i]);
     }
     c = pack_call(p, t);
-    CHECK(c.d.method() == "library");
+    CHECK(c.d.method() == pack_method::library);
     CHECK(c.d.measured);
     CHECK(c.d.measured_s[lib] == approx(90e-6));
     CHECK(c.d.measured_s[host] == approx(96.5e-6));  // the median of four: 99, 98, 95, 94 us
-    CHECK(p.decision(planner::key_of(t, 1, false)).method() == "library");
+    CHECK(p.decision(planner::key_of(t, 1, false)).method() == pack_method::library);
     // A close verdict: the class runs it, still measuring, until the second look, which agrees.
     CHECK(c.m.measuring);
     CHECK_FALSE(c.m.timed);
@@ -580,15 +580,15 @@ TEST_CASE("pack planner: a new key is measured on its own calls, and a slower sh
     c = pack_call(p, t);
     CHECK_FALSE(c.m.measuring);
     CHECK_FALSE(c.d.measuring);
-    CHECK(c.d.method() == "library");
+    CHECK(c.d.method() == pack_method::library);
     CHECK(c.d.measured_s[host] == approx(97e-6));
     // The same blocks 16 bytes apart are another key: measured afresh, from the model's choice.
     planned dense = pack_call(p, rows_info(8192, 8, 16));
     CHECK(dense.m.measuring);
-    CHECK(dense.d.method() == "host");
+    CHECK(dense.d.method() == pack_method::host);
     // Unpacking is its own key too.
     planner::measure_call u;
-    CHECK(p.pack(t, 1, true, nullptr, nullptr, &u).method() == "host");
+    CHECK(p.pack(t, 1, true, nullptr, nullptr, &u).method() == pack_method::host);
     CHECK(u.measuring);
 }
 
@@ -599,15 +599,15 @@ TEST_CASE("pack planner: the verdict favours the library within the margin and s
     warm_up(p, t);
     for (int i = 0; i < 2 * planner::measure_trials; ++i)  // shunt faster, not by the margin
         timed_call(p, t, 100e-6, 100e-6 * (1 - planner::measure_margin / 2));
-    CHECK(p.decision(planner::key_of(t, 1, false)).method() == "library");
+    CHECK(p.decision(planner::key_of(t, 1, false)).method() == pack_method::library);
     CHECK(second_look(p, t, lib, 100e-6, 100e-6 * (1 - planner::measure_margin / 2)));
-    CHECK(pack_call(p, t).d.method() == "library");
+    CHECK(pack_call(p, t).d.method() == pack_method::library);
     // A model correction recomputes the predictions; the measured choice stays.
     const auto g = model->generation();
     for (int i = 0; i < 10; ++i) model->observe(table_names::pack(false, false, 8), 65536, 1e-7);
     REQUIRE(model->generation() != g);
     const planned c = pack_call(p, t);
-    CHECK(c.d.method() == "library");
+    CHECK(c.d.method() == pack_method::library);
     CHECK(c.d.measured);
     CHECK_FALSE(c.m.measuring);
     // Beating it by more than the margin keeps shunt's packer.
@@ -615,9 +615,9 @@ TEST_CASE("pack planner: the verdict favours the library within the margin and s
     warm_up(p, u);
     for (int i = 0; i < 2 * planner::measure_trials; ++i)
         timed_call(p, u, 100e-6, 100e-6 * (1 - 2 * planner::measure_margin));
-    CHECK(p.decision(planner::key_of(u, 1, false)).method() == "host");
+    CHECK(p.decision(planner::key_of(u, 1, false)).method() == pack_method::host);
     CHECK(second_look(p, u, host, 100e-6, 100e-6 * (1 - 2 * planner::measure_margin)));
-    CHECK(pack_call(p, u).d.method() == "host");
+    CHECK(pack_call(p, u).d.method() == pack_method::host);
 }
 
 TEST_CASE("pack planner: the second look settles a close first verdict, and only a close one") {
@@ -629,7 +629,7 @@ TEST_CASE("pack planner: the second look settles a close first verdict, and only
     int verdicts = 0;
     for (int i = 0; i < 2 * planner::measure_trials; ++i) verdicts += timed_call(p, t, 100e-6, 120e-6) ? 1 : 0;
     CHECK(verdicts == 1);
-    CHECK(p.decision(planner::key_of(t, 1, false)).method() == "library");
+    CHECK(p.decision(planner::key_of(t, 1, false)).method() == pack_method::library);
     CHECK(p.decision(planner::key_of(t, 1, false)).measuring);
     // A call timed in the first look that comes back late is not taken into the second.
     planner::measure_call late;
@@ -640,7 +640,7 @@ TEST_CASE("pack planner: the second look settles a close first verdict, and only
     CHECK(second_look(p, t, lib, 100e-6, 70e-6));
     planned c = pack_call(p, t);
     CHECK_FALSE(c.m.measuring);
-    CHECK(c.d.method() == "host");
+    CHECK(c.d.method() == pack_method::host);
     CHECK(c.d.measured_s[lib] == approx(100e-6));  // the second look's times alone
     CHECK(c.d.measured_s[host] == approx(70e-6));
     for (int i = 0; i < 100; ++i) REQUIRE_FALSE(pack_call(p, t).m.measuring);  // settled for good
@@ -653,7 +653,7 @@ TEST_CASE("pack planner: the second look settles a close first verdict, and only
         for (int i = 0; i < 2 * planner::measure_trials; ++i) timed_call(p, wide, 100e-6, host_s);
         c = pack_call(p, wide);
         CHECK_FALSE(c.m.measuring);
-        CHECK(c.d.method() == (host_s < 100e-6 ? "host" : "library"));
+        CHECK(c.d.method() == (host_s < 100e-6 ? pack_method::host : pack_method::library));
     }
 }
 
@@ -663,7 +663,7 @@ TEST_CASE("pack planner: a clear win of the model's choice settles at once; nois
     warm_up(p, clear);
     CHECK_FALSE(timed_call(p, clear, 50e-6, 10e-6));  // the library
     CHECK(timed_call(p, clear, 50e-6, 10e-6));  // shunt, 5x faster: settled after one each
-    CHECK(pack_call(p, clear).d.method() == "host");
+    CHECK(pack_call(p, clear).d.method() == pack_method::host);
 
     // The model's choice slow once (a preempted call, say): no early verdict against it.
     const type_info noisy = rows_info(8192, 8, 48);
@@ -674,13 +674,13 @@ TEST_CASE("pack planner: a clear win of the model's choice settles at once; nois
     for (int i = 2; i < 2 * planner::measure_trials; ++i)
         settled += timed_call(p, noisy, 20e-6, 15e-6) ? 1 : 0;  // not 2x: no early verdict either
     CHECK(settled == 1);
-    CHECK(p.decision(planner::key_of(noisy, 1, false)).method() == "host");
+    CHECK(p.decision(planner::key_of(noisy, 1, false)).method() == pack_method::host);
     CHECK(p.decision(planner::key_of(noisy, 1, false)).measured_s[host] == approx(15e-6));
     // 0.75 is a close verdict: the second look (led by shunt's packer) confirms it.
     CHECK(second_look(p, noisy, host, 20e-6, 15e-6));
     const planned c = pack_call(p, noisy);
     CHECK_FALSE(c.m.measuring);
-    CHECK(c.d.method() == "host");
+    CHECK(c.d.method() == pack_method::host);
     CHECK(c.d.measured_s[host] == approx(15e-6));
 }
 
@@ -693,14 +693,14 @@ TEST_CASE("pack planner: what is not measured") {
         CHECK_FALSE(c.d.measuring);
     }
     // A forced method is never measured.
-    planner forced(std::make_shared<cost_model>(), plan_overrides{"library"});
+    planner forced(std::make_shared<cost_model>(), plan_overrides{pack_method::library});
     CHECK_FALSE(pack_call(forced, rows_info(8192, 8, 512)).m.measuring);
     // A caller that does not measure (point-to-point) gets the model's choice and moves nothing on.
     const type_info t = rows_info(8192, 8, 512);
     for (int i = 0; i < 4; ++i) {
         const plan_decision d = p.pack(t, 1, false);
         CHECK(d.measuring);
-        CHECK(d.method() == "host");
+        CHECK(d.method() == pack_method::host);
     }
     const planned first = pack_call(p, t);
     CHECK(first.m.measuring);
@@ -728,7 +728,7 @@ TEST_CASE("pack planner: pairs of consecutive calls decide, so a step in the mac
     const plan_decision d = pack_call(p, t).d;
     // The best times say the library (702 against 726 us); the pairs say shunt (ratios 0.67,
     // 0.78, 0.79, 1.03: median 0.78).
-    CHECK(d.method() == "host");
+    CHECK(d.method() == pack_method::host);
     CHECK(d.measured_s[lib] == approx((1302e-6 + 1293e-6) / 2));
     CHECK(d.measured_s[host] == approx((1012e-6 + 1017e-6) / 2));
 }
@@ -759,7 +759,7 @@ TEST_CASE("pack planner: the counts of one type are one class, measured once, pe
         settled = p.record(c.m, static_cast<double>(t.size) * per_byte * (want == lib ? 1.0 : 1.04));
     }
     REQUIRE(settled);
-    CHECK(p.decision(planner::key_of(b, 1, false)).method() == "library");  // the key that decided it
+    CHECK(p.decision(planner::key_of(b, 1, false)).method() == pack_method::library);  // the key that decided it
     CHECK_FALSE(p.decision(planner::key_of(a, 1, false)).measured);  // the other: on its next call
     // 4% is close: the second look (here on the smaller count alone) confirms it.
     REQUIRE(second_look(p, a, lib, 65536 * per_byte, 65536 * per_byte * 1.04));
@@ -767,7 +767,7 @@ TEST_CASE("pack planner: the counts of one type are one class, measured once, pe
     c = pack_call(p, a);
     CHECK_FALSE(c.m.measuring);
     CHECK(c.d.measured);
-    CHECK(c.d.method() == "library");
+    CHECK(c.d.method() == pack_method::library);
     CHECK(c.d.measured_s[lib] == approx(65536 * per_byte));
     CHECK(c.d.measured_s[host] == approx(65536 * per_byte * 1.04));
     // A count never seen before takes the verdict at once, its times scaled to its bytes.
@@ -777,7 +777,7 @@ TEST_CASE("pack planner: the counts of one type are one class, measured once, pe
     CHECK(is_new);
     CHECK_FALSE(m.measuring);
     CHECK(d.measured);
-    CHECK(d.method() == "library");
+    CHECK(d.method() == pack_method::library);
     CHECK(d.measured_s[lib] == approx(68000 * per_byte));
     // Another class is measured afresh.
     CHECK(pack_call(p, far).m.measuring);
@@ -803,7 +803,7 @@ TEST_CASE("pack planner: past max_keys, new keys are decided afresh, uncached an
     CHECK_FALSE(is_new);
     CHECK_FALSE(m.measuring);
     CHECK(d.measured);
-    CHECK(d.method() == "host");
+    CHECK(d.method() == pack_method::host);
     CHECK(p.uncached() == 1);
     REQUIRE(taken != nullptr);
     CHECK(taken->load() == 1);

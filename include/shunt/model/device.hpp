@@ -11,23 +11,32 @@
 
 namespace shunt {
 
-/// How a device buffer's packed bytes reach the library.
+/// How a buffer's packed bytes reach the library: the one enumeration of the methods of
+/// point-to-point calls, MPI_Pack/MPI_Unpack of device buffers and the fused collectives.
 enum class device_path : std::uint8_t {
     one_shot,  ///< the kernel packs straight into mapped pinned host memory (unpacks out of it)
     staged,  ///< the kernel packs into device scratch, then a copy to pinned host memory (and back)
     device,  ///< the kernel packs into device memory handed to a CUDA-aware MPI
+    host,  ///< not a device buffer: shunt's host packer into host memory (never priced here)
 };
 
 inline constexpr std::string_view to_string(device_path p) {
-    return p == device_path::one_shot ? "one-shot" : p == device_path::staged ? "staged" : "device";
+    switch (p) {
+        case device_path::one_shot: return "one-shot";
+        case device_path::staged: return "staged";
+        case device_path::device: return "device";
+        case device_path::host: break;
+    }
+    return "host";
 }
 
 /// The predicted seconds of each path, indexed by device_path; infinity where a path is not
-/// available (device without a CUDA-aware MPI) or cannot be priced (device without a measured
-/// p2p.<level>.dd table: the library's own device transfer is unknown).
+/// available (device without a CUDA-aware MPI; host, which is not a device path) or cannot be
+/// priced (device without a measured p2p.<level>.dd table: the library's own device transfer is
+/// unknown).
 struct device_path_costs {
-    std::array<double, 3> seconds{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
-                                  std::numeric_limits<double>::infinity()};
+    std::array<double, 4> seconds{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity(),
+                                  std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
     /// The level whose point-to-point tables were added to every path ("" when none was: the
     /// paths then differ only in what happens before and after the library's transfer).
     std::string_view level;

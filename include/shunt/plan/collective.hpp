@@ -458,4 +458,77 @@ private:
     std::array<std::atomic<std::uint64_t>, coll_op_names.size() * size_classes * 2> fast_taken_{};
 };
 
+/// The decision of MPI_Alltoallw or MPI_Neighbor_alltoallw on one communicator: shunt's fused
+/// packing (every block packed in one pass, the bytes moved by the library's own call with byte
+/// types, every block unpacked in one pass) or the library's own call.
+///
+/// Every rank must take the same path: one rank passing its typed blocks while another passes
+/// bytes breaks MPI's rule of matching type signatures. What a rank knows alone (its datatypes
+/// and buffers) differs between ranks, and the byte counts differ per rank and per peer, so
+/// there is no size class to key on: one decision per communicator and operation, as for
+/// MPI_Alltoallv. The first call agrees (the caller's element-wise maximum over the ranks) on
+/// whether any rank has work for shunt's packing (a block with gaps, or a device buffer), any
+/// rank a datatype shunt does not know, and any rank a device buffer. No work, or an unknown
+/// type: the library. A device buffer: shunt, unmeasured (an MPI that is not CUDA-aware cannot
+/// take it). Else the next calls run both paths on the same data, timed (one warm-up, then
+/// `trials`); the best time of each is agreed (the slowest rank's) and shunt's path is kept only
+/// when faster by `margin`. Calls on a communicator come in the same order on every rank, so
+/// every rank measures the same calls. Not thread-safe beyond state(): collectives on one
+/// communicator do not run concurrently.
+class fused_tuner {
+public:
+    enum class state : std::uint8_t { undecided, measuring, library, shunt };
+    static constexpr int trials = 3;  ///< calls timed on both paths before deciding, after one warm-up
+    static constexpr double margin = measured_win_margin;  ///< how much faster shunt's path must be
+
+    /// What a rank knows alone, to be agreed with an element-wise maximum: work, unknown, device.
+    using facts = std::array<int, 3>;
+    static facts local(bool gaps, bool unknown, bool device) {
+        return {gaps || device ? 1 : 0, unknown ? 1 : 0, device ? 1 : 0};
+    }
+
+    state current() const noexcept { return state_.load(std::memory_order_acquire); }
+
+    /// SHUNT_COLL=shunt: shunt's path without agreeing.
+    void force_shunt() noexcept { state_.store(state::shunt, std::memory_order_release); }
+
+    /// The first call's decision from the agreed facts; returns why (a literal) when decided,
+    /// nullptr when measuring starts.
+    const char* first(const facts& agreed) noexcept {
+        const bool work = agreed[0] != 0, unknown = agreed[1] != 0, device = agreed[2] != 0;
+        const state s = unknown || !work ? state::library : device ? state::shunt : state::measuring;
+        state_.store(s, std::memory_order_release);
+        if (s == state::measuring) return nullptr;
+        return unknown ? "a datatype shunt does not know on some rank"
+               : device ? "device buffers on some rank"
+                        : "contiguous host data on every rank";
+    }
+
+    /// While measuring: whether this call runs shunt's path first (the order alternates).
+    bool shunt_first() const noexcept { return runs_ % 2 == 1; }
+
+    /// One measuring call's times (library, shunt); true when the trials are complete and the
+    /// caller should agree on best() and call decide().
+    bool record(const double took[2]) noexcept {
+        if (runs_++ > 0) {
+            best_[0] = std::min(best_[0], took[0]);
+            best_[1] = std::min(best_[1], took[1]);
+        }
+        return runs_ > trials;
+    }
+    const std::array<double, 2>& best() const noexcept { return best_; }
+
+    /// The decision from the agreed best times (library, shunt).
+    state decide(const double agreed[2]) noexcept {
+        const state s = agreed[1] < agreed[0] * (1 - margin) ? state::shunt : state::library;
+        state_.store(s, std::memory_order_release);
+        return s;
+    }
+
+private:
+    std::atomic<state> state_{state::undecided};
+    int runs_ = 0;  ///< calls run on both paths, the warm-up included
+    std::array<double, 2> best_{std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+};
+
 }  // namespace shunt

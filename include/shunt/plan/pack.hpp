@@ -10,9 +10,6 @@
 
 namespace shunt {
 
-/// Who packs host memory.
-enum class pack_method { library, host };
-
 /// The answer: the method and the predicted seconds of each alternative.
 struct pack_decision {
     pack_method method = pack_method::library;
@@ -30,7 +27,7 @@ inline pack_decision plan_pack(const type_info& t, std::int64_t count, const cos
     pack_decision d;
     d.library_s = p.alternatives[0].predicted_s;
     d.host_s = p.alternatives[1].predicted_s;
-    d.method = p.method() == "host" ? pack_method::host : pack_method::library;
+    d.method = p.method();
     return d;
 }
 

@@ -2,6 +2,7 @@
 // operation it returns the chosen method and the predicted cost of every alternative, cached.
 #pragma once
 
+#include <shunt/config.hpp>
 #include <shunt/datatype/type_info.hpp>
 #include <shunt/model/model.hpp>
 
@@ -13,6 +14,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <string_view>
 #include <unordered_map>
@@ -25,9 +27,14 @@ enum class plan_op : std::uint8_t { pack, unpack };
 
 inline constexpr std::string_view to_string(plan_op op) { return op == plan_op::pack ? "pack" : "unpack"; }
 
+/// Who packs host memory: the MPI library's own packer, or shunt's host packer.
+enum class pack_method : std::uint8_t { library, host };
+
+inline constexpr std::string_view to_string(pack_method m) { return m == pack_method::host ? "host" : "library"; }
+
 /// One alternative and its predicted seconds.
 struct plan_alternative {
-    std::string_view method;
+    pack_method method = pack_method::library;
     double predicted_s = 0;
 };
 
@@ -47,14 +54,22 @@ struct plan_decision {
         ///< seconds per byte, times these bytes
     std::uint64_t taken = 0;
 
-    std::string_view method() const { return alternatives[chosen].method; }
+    pack_method method() const { return alternatives[chosen].method; }
 };
 
 /// Overrides a user can impose (from the configuration; the planner never reads the environment).
 struct plan_overrides {
-    /// "auto", or a method name ("library", "host") that every pack decision must take.
-    std::string_view pack = "auto";
+    /// The method every pack decision must take; none: the model (and measurements) decide.
+    std::optional<pack_method> pack;
 };
+
+/// SHUNT_PACK's choice as the planner's override: `library` and `host` force that method; the
+/// others (auto, model and the device methods) leave host decisions to the model.
+inline plan_overrides overrides_of(pack_choice c) {
+    if (c == pack_choice::library) return {pack_method::library};
+    if (c == pack_choice::host) return {pack_method::host};
+    return {};
+}
 
 /// Thread-safe, caching planner over a cost model. Decisions are cached per (op, bytes, blocks,
 /// span): everything a pack prediction depends on, plus the bytes the typed side spans, so a
@@ -66,11 +81,11 @@ struct plan_overrides {
 ///
 /// Measuring (callers that pass a `measure_call`, as MPI_Pack and MPI_Unpack do): the model
 /// knows block lengths, not where the blocks lie, and two layouts of the same blocks can favour
-/// different packers (8-byte blocks 16 bytes apart pack faster by shunt's packer, the same
-/// blocks 512 bytes apart ran as fast by Open MPI's here). So layouts are measured on their own
+/// different packers (short blocks close together favour shunt's packer more than the same
+/// blocks far apart). So layouts are measured on their own
 /// calls, each call running one method (both write the same bytes), by class: the same
 /// operation and (rounded) block length, the span over the bytes within 1/8 of an octave, and
-/// the bytes within a quarter of an octave (19%). One class serves every count of a type, so
+/// the bytes within a quarter of an octave. One class serves every count of a type, so
 /// a program whose counts change call by call measures each class once, not each count.
 /// A class starts measuring on its first key whose predicted time is measurable and affordable
 /// (between `measure_floor_s` and `measure_ceiling_s`). The class's first two calls warm up,
@@ -78,18 +93,17 @@ struct plan_overrides {
 /// by the caller and passed to record(), in the order other, choice, choice, other, and again.
 /// Consecutive calls pair up, and each pair gives the ratio of shunt's time per byte to the
 /// library's: the first calls of a layout run slower and speed up call by call, or drop in a
-/// step (here from 1.0-1.6 ms to 0.7 ms for both packers between the third and fourth pair,
-/// unpacking 16-byte blocks 512 bytes apart), and a ratio within a pair is free of both where
-/// the best time of each method is not. Shunt's packer stays only where the median ratio is
+/// step for both packers together, and a ratio within a pair is free of both where the best
+/// time of each method is not. Shunt's packer stays only where the median ratio is
 /// below 1 - `measure_margin`, so noise favours the library. Where the first pair shows the
 /// model's choice at least `measure_clear` times faster than the other method, it stays at
 /// once: noise on those two timings could only confirm the choice the model had already made.
 /// The verdict then holds for every key of the class, those decided before it included (model
 /// corrections recompute the predictions, not the verdict).
 ///
-/// A second look: a layout's first calls are not always its steady state (in bench-pack, a 16
-/// MiB unpack's first timed calls ran 2-4 ms for both packers, later calls 1.2 ms, and between
-/// runs its first look chose either). So a first verdict whose median ratio is within
+/// A second look: a layout's first calls are not always its steady state (a large unpack's
+/// first timed calls can run slower for both packers than its later calls, and the first look
+/// then chooses either from run to run). So a first verdict whose median ratio is within
 /// `measure_clear` either way holds only until the class has run `recheck_after` more calls of
 /// it; then the class is measured again the same way (two warm-ups, then the timed calls, now
 /// starting from the first verdict), and that second look alone settles the class. A first look
@@ -227,8 +241,8 @@ public:
         ++c.recorded;
         // Consecutive calls pair up (1st and 2nd, 3rd and 4th, ...): a pair of different methods
         // gives one ratio, shunt's time per byte over the library's, free of a slow trend and of
-        // a step between pairs (here the first calls of a layout sometimes ran 1.5x slower, then
-        // both methods dropped together).
+        // a step between pairs (a layout's first calls running slower, then both methods
+        // dropping together).
         std::array<double, measure_trials> ratios{};
         std::size_t n = 0;
         for (std::size_t i = 0; i + 1 < c.recorded; i += 2) {
@@ -297,8 +311,8 @@ public:
         const bool unpack = op == plan_op::unpack;
         const double b = static_cast<double>(bytes);
         const double block_len = blocks > 0 ? b / static_cast<double>(blocks) : b;
-        d.alternatives[0] = {"library", m.predict_pack(true, unpack, block_len, b)};
-        d.alternatives[1] = {"host", m.predict_pack(false, unpack, block_len, b)};
+        d.alternatives[0] = {pack_method::library, m.predict_pack(true, unpack, block_len, b)};
+        d.alternatives[1] = {pack_method::host, m.predict_pack(false, unpack, block_len, b)};
         d.count = 2;
         d.chosen = d.alternatives[1].predicted_s <= d.alternatives[0].predicted_s ? 1 : 0;
         for (std::uint8_t i = 0; i < d.count; ++i)

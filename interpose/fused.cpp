@@ -1,5 +1,7 @@
-// interpose/alltoallw.cpp: MPI_Alltoallw and MPI_Neighbor_alltoallw: every block packed in one fused pass into one staging buffer, the bytes moved by the library's own call with byte types, every received block unpacked in one pass.
-#include "runtime.hpp"
+// interpose/fused.cpp: MPI_Alltoallw and MPI_Neighbor_alltoallw: every block packed in one fused pass into one staging buffer, the bytes moved by the library's own call with byte types, every received block unpacked in one pass.
+#include "fused.hpp"
+
+#include <shunt/collectives/mpi_call.hpp>
 
 #include <shunt/errors.hpp>
 #include <shunt/gpu/memory.hpp>
@@ -7,6 +9,9 @@
 #include <shunt/log.hpp>
 #include <shunt/model/measure.hpp>
 #include <shunt/pack/host.hpp>
+#include <shunt/plan/collective.hpp>
+
+#include "runtime.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -23,84 +28,26 @@
 
 namespace shunt::detail {
 
-// The decision. Every rank of a communicator must take the same path: shunt's exchange is the
-// library's MPI_Alltoallw (MPI_Neighbor_alltoallw) of byte types, and one rank passing its typed
-// blocks while another passes bytes breaks MPI's rule of matching type signatures. What a rank
-// knows alone (its own datatypes and buffers) differs between ranks, and the byte counts differ
-// per rank and per peer, so there is no size class to key on: one decision per communicator and
-// operation, as for MPI_Alltoallv.
-// The collective planner keys its decisions by coll_op, which has no entry for these two, so the
-// decision is kept here, in the planner's manner: the first call agrees, with one
-// PMPI_Allreduce, on whether any rank has data shunt's packing has work on (a block with gaps,
-// or a device buffer) and whether any rank has a datatype shunt does not know (uncommitted, or
-// unsupported by its decoder). No work, or an unknown type: the library's. A device buffer:
-// shunt's, unmeasured (an MPI that is not CUDA-aware cannot take it). Else the next calls run
-// both paths on the same data, timed (one warm-up, then `w_trials`); the best time of each is
-// agreed (the slowest rank's) and shunt's path is kept only when faster by `w_margin`. Calls on
-// a communicator come in the same order on every rank, so every rank measures the same calls.
-// SHUNT_COLL=shunt takes shunt's path without agreeing, SHUNT_COLL=library (and SHUNT_DISABLE)
-// the library's. The only rank-local pass-throughs after a decision for shunt are erroneous
-// calls (negative counts, invalid types) and internal failures (no memory): sizes are no reason,
-// since a block of more than INT_MAX bytes, or beyond INT_MAX bytes from the exchange's base,
-// travels as one element of a byte type made for the call.
+// The decision is plan/collective.hpp's fused_tuner. SHUNT_COLL=shunt takes shunt's path without
+// agreeing, SHUNT_COLL=library (and SHUNT_DISABLE) the library's. The only rank-local
+// pass-throughs after a decision for shunt are erroneous calls (negative counts, invalid types)
+// and internal failures (no memory): sizes are no reason, since a block of more than INT_MAX
+// bytes, or beyond INT_MAX bytes from the exchange's base, travels as one element of a byte type
+// made for the call.
 
-struct runtime::w_side {
-    struct block {
-        std::byte* at = nullptr;  ///< element 0: the buffer plus the byte displacement
-        int count = 0;
-        MPI_Datatype type = MPI_DATATYPE_NULL;
-        const type_info* info = nullptr;  ///< nullptr: unknown to shunt, the library packs it
-        std::int64_t bytes = 0;  ///< 0 for an empty block or an MPI_PROC_NULL peer
-        bool dense = false;  ///< the bytes lie in place, in order, from `at`
-        bool direct = false;  ///< moved in place (no staging)
-        std::int64_t offset = 0;  ///< staged: offset in the staging block
-        std::shared_ptr<const gpu::device_form> form;  ///< device buffers
-    };
-
-    w_side(void* buffer, bool copy_out) : buf(static_cast<std::byte*>(buffer)), copy(copy_out) {}
-    ~w_side() {
-        gpu::pool_release(staging);
-        gpu::pool_release(scratch);
-        for (MPI_Datatype& t : made) PMPI_Type_free(&t);
-    }
-    w_side(const w_side&) = delete;
-    w_side& operator=(const w_side&) = delete;
-
-    std::byte* buf;
-    bool copy;  ///< the data must be copied out first (MPI_IN_PLACE's send side)
-    std::vector<block> blocks;
-    std::int64_t total = 0;  ///< bytes of all blocks
-    bool gaps = false;  ///< some block is not dense: packing has work to do
-    bool unknown = false;  ///< some block's datatype is unknown to shunt
-    device_way way = device_way::host;
-    // What the library's byte exchange is given: base and, per peer, a count of a byte type at a
-    // byte offset from base (MPI_BYTE, or for a block out of int range one element of a type made
-    // for the call, its offset inside the type).
-    std::byte* base = nullptr;
-    std::vector<int> counts, displs;
-    std::vector<MPI_Aint> aint_displs;
-    std::vector<MPI_Datatype> types;
-    std::vector<MPI_Datatype> made;  ///< the types made for this call, freed with the side
-    gpu::pool_block staging{}, scratch{};  ///< host/pinned or device staging; device scratch (staged)
-};
+fused_executor::side::~side() {
+    gpu::pool_release(staging);
+    gpu::pool_release(scratch);
+    for (MPI_Datatype& t : made) PMPI_Type_free(&t);
+}
 
 namespace {
 
-constexpr int w_trials = 3;  ///< calls timed on both paths before deciding, after one warm-up
-constexpr double w_margin = measured_win_margin;  ///< how much faster shunt's path must be
-
-/// One operation's decision on one communicator. Collectives on one communicator do not run
-/// concurrently: the measurements need no lock.
-enum : std::uint8_t { undecided = 0, measuring = 1, to_library = 2, to_shunt = 3 };
-struct w_decision {
-    std::atomic<std::uint8_t> state{undecided};
-    int runs = 0;  ///< calls run on both paths, the warm-up included
-    double best[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
-    std::shared_ptr<runtime::w_record> record;  ///< the report's copy, from the decision on
-};
-/// The decisions of MPI_Alltoallw and MPI_Neighbor_alltoallw, cached on the communicator.
+/// The decisions of MPI_Alltoallw and MPI_Neighbor_alltoallw on one communicator, cached on it,
+/// with the report's record of each from its decision on.
 struct w_decisions {
-    w_decision op[2];
+    fused_tuner op[2];
+    std::shared_ptr<runtime::w_record> record[2];
 };
 
 int w_keyval() {
@@ -139,8 +86,8 @@ w_decisions* decisions_of(MPI_Comm comm) {
 /// (a negative count, an invalid datatype) is bad_argument; a block of more bytes than 64 bits
 /// count is too_large.
 template <class Displ, class Find>
-pass_reason describe(runtime::w_side& side, int p, const int counts[], const Displ displs[], const MPI_Datatype types[],
-                     const std::vector<char>& skip, Find find) {
+pass_reason describe(fused_executor::side& side, int p, const int counts[], const Displ displs[],
+                     const MPI_Datatype types[], const std::vector<char>& skip, Find find) {
     side.blocks.resize(static_cast<std::size_t>(p));
     for (int j = 0; j < p; ++j) {
         auto& b = side.blocks[static_cast<std::size_t>(j)];
@@ -176,7 +123,7 @@ pass_reason describe(runtime::w_side& side, int p, const int counts[], const Dis
 
 /// `bytes` bytes at byte offset `offset` as one element of a type made for the call: pieces of at
 /// most 1 GiB of MPI_BYTE at 64-bit displacements (freed with the side).
-MPI_Datatype byte_run(runtime::w_side& s, std::int64_t offset, std::int64_t bytes) {
+MPI_Datatype byte_run(fused_executor::side& s, std::int64_t offset, std::int64_t bytes) {
     constexpr std::int64_t piece = std::int64_t{1} << 30;
     const std::int64_t n = (bytes + piece - 1) / piece;
     std::vector<int> lengths(static_cast<std::size_t>(n));
@@ -198,11 +145,10 @@ MPI_Datatype byte_run(runtime::w_side& s, std::int64_t offset, std::int64_t byte
 /// Device buffers: in place only on a CUDA-aware MPI with every block dense, else all staged
 /// (device memory for a CUDA-aware MPI, mapped pinned memory for one-shot, pinned memory and
 /// device scratch for staged).
-void place(runtime::w_side& s) {
-    using way = runtime::device_way;
+void place(fused_executor::side& s) {
     const auto p = s.blocks.size();
-    const bool device = s.way != way::host;
-    const bool all_direct_device = s.way == way::device && !s.gaps && !s.copy;
+    const bool device = s.way != device_path::host;
+    const bool all_direct_device = s.way == device_path::device && !s.gaps && !s.copy;
     std::int64_t staged = 0;
     for (auto& b : s.blocks) {
         b.direct = b.bytes > 0 && (device ? all_direct_device : b.dense && !s.copy);
@@ -213,11 +159,12 @@ void place(runtime::w_side& s) {
     }
     if (staged > 0) {
         const auto n = static_cast<std::size_t>(staged);
-        s.staging = gpu::pool_acquire(s.way == way::device ? gpu::pool_kind::device : gpu::pool_kind::pinned, n);
-        if (s.way == way::staged) s.scratch = gpu::pool_acquire(gpu::pool_kind::device, n);
+        s.staging =
+            gpu::pool_acquire(s.way == device_path::device ? gpu::pool_kind::device : gpu::pool_kind::pinned, n);
+        if (s.way == device_path::staged) s.scratch = gpu::pool_acquire(gpu::pool_kind::device, n);
     }
     auto* stage = static_cast<std::byte*>(s.staging.ptr);
-    auto where = [&](const runtime::w_side::block& b) { return b.direct ? b.at : stage + b.offset; };
+    auto where = [&](const fused_executor::side::block& b) { return b.direct ? b.at : stage + b.offset; };
     std::byte* lo = nullptr;
     std::size_t runs = 0;  // blocks out of int range
     for (const auto& b : s.blocks) {
@@ -254,11 +201,10 @@ void place(runtime::w_side& s) {
 /// Packs every staged block of a send side in one pass: shunt's host packer on each block's
 /// canonical form (the library's MPI_Pack for a type shunt does not know), or one fused kernel
 /// launch for a device buffer.
-void pack_side(runtime::w_side& s, MPI_Comm comm) {
-    using way = runtime::device_way;
+void pack_side(fused_executor::side& s, MPI_Comm comm) {
     auto* stage = static_cast<std::byte*>(s.staging.ptr);
-    if (s.way != way::host) {
-        auto* out = s.way == way::staged ? static_cast<std::byte*>(s.scratch.ptr) : stage;
+    if (s.way != device_path::host) {
+        auto* out = s.way == device_path::staged ? static_cast<std::byte*>(s.scratch.ptr) : stage;
         std::vector<gpu::device_input> items;
         std::int64_t bytes = 0;
         for (const auto& b : s.blocks) {
@@ -268,7 +214,7 @@ void pack_side(runtime::w_side& s, MPI_Comm comm) {
         }
         if (items.empty()) return;
         gpu::pack_fused(items, nullptr);
-        if (s.way == way::staged) gpu::copy(stage, out, static_cast<std::size_t>(bytes), nullptr);
+        if (s.way == device_path::staged) gpu::copy(stage, out, static_cast<std::size_t>(bytes), nullptr);
         gpu::synchronize(nullptr);
         return;
     }
@@ -285,16 +231,15 @@ void pack_side(runtime::w_side& s, MPI_Comm comm) {
 
 /// Unpacks every staged block of a receive side in one pass (device: one fused kernel launch,
 /// one synchronisation).
-void unpack_side(runtime::w_side& s, MPI_Comm comm) {
-    using way = runtime::device_way;
+void unpack_side(fused_executor::side& s, MPI_Comm comm) {
     const auto* stage = static_cast<const std::byte*>(s.staging.ptr);
-    if (s.way != way::host) {
+    if (s.way != device_path::host) {
         std::int64_t bytes = 0;
         for (const auto& b : s.blocks)
             if (b.bytes > 0 && !b.direct) bytes = std::max(bytes, b.offset + b.bytes);
         if (bytes == 0) return;
         const std::byte* in = stage;
-        if (s.way == way::staged) {
+        if (s.way == device_path::staged) {
             gpu::copy(s.scratch.ptr, stage, static_cast<std::size_t>(bytes), nullptr);
             in = static_cast<const std::byte*>(s.scratch.ptr);
         }
@@ -320,88 +265,82 @@ void unpack_side(runtime::w_side& s, MPI_Comm comm) {
 }  // namespace
 
 template <class Library, class Exchange>
-int runtime::fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv, Library library,
-                              Exchange exchange) noexcept {
+int fused_executor::decided(shim s, MPI_Comm comm, side& send, side& recv, Library library,
+                            Exchange exchange_bytes) noexcept {
     const auto pass = [&](pass_reason why) {
-        count_pass(direction::collective, why);
+        rt_.count_pass(direction::collective, why);
         return library();
     };
     const char* name = shim_names[static_cast<std::size_t>(s)];
-    send.way = device_way_of(send.buf, send.total);
-    recv.way = device_way_of(recv.buf, recv.total);
+    const settings& cfg = rt_.cfg();
+    send.way = rt_.devices().way_of(rt_.model(), cfg.pack, send.buf, send.total);
+    recv.way = rt_.devices().way_of(rt_.model(), cfg.pack, recv.buf, recv.total);
     w_decisions* ds = decisions_of(comm);
     if (ds == nullptr) return pass(pass_reason::internal);
-    w_decision& d = ds->op[s == shim::alltoallw ? 0 : 1];
+    const int which = s == shim::alltoallw ? 0 : 1;
+    fused_tuner& d = ds->op[which];
+    using state = fused_tuner::state;
     int me = 0, size = 0;
     // The decision is logged on the communicator's rank 0 and kept for the report.
-    const auto log_choice = [&](std::uint8_t c, const char* why, const double* measured = nullptr) {
+    const auto log_choice = [&](state c, const char* why, const double* measured = nullptr) {
         if (PMPI_Comm_rank(comm, &me) != MPI_SUCCESS || PMPI_Comm_size(comm, &size) != MPI_SUCCESS) return;
-        if (cfg_.log.enabled(log_level::debug, log_category::decide) && me == 0)
+        if (cfg.log.enabled(log_level::debug, log_category::decide) && me == 0)
             log_debug(log_category::decide, "%s on a communicator of %d ranks: %s, kept for the communicator (%s)",
-                      name, size, c == to_shunt ? "shunt's fused packing" : "the library", why);
+                      name, size, c == state::shunt ? "shunt's fused packing" : "the library", why);
         try {
-            auto r = std::make_shared<w_record>();
+            auto r = std::make_shared<runtime::w_record>();
             r->op = s;
             r->ranks = size;
-            r->to_shunt = c == to_shunt;
-            r->forced = cfg_.coll == coll_choice::shunt;
+            r->to_shunt = c == state::shunt;
+            r->forced = cfg.coll == coll_choice::shunt;
             r->why = measured != nullptr ? "" : why;
             if (measured != nullptr) r->measured[0] = measured[0], r->measured[1] = measured[1];
-            d.record = r;
-            keep_w_record(std::move(r));
+            ds->record[which] = r;
+            rt_.keep_w_record(std::move(r));
         } catch (...) {  // no memory: the report goes without this decision
         }
     };
-    std::uint8_t c = d.state.load(std::memory_order_acquire);
-    if (c == undecided) {
-        if (cfg_.coll == coll_choice::shunt) {
-            c = to_shunt;
-            log_choice(c, "forced by SHUNT_COLL");
+    state c = d.current();
+    if (c == state::undecided) {
+        if (cfg.coll == coll_choice::shunt) {
+            d.force_shunt();
+            log_choice(state::shunt, "forced by SHUNT_COLL");
         } else {
-            const bool device = send.way != device_way::host || recv.way != device_way::host;
-            int v[3] = {send.gaps || recv.gaps || device, send.unknown || recv.unknown, device};
-            if (PMPI_Allreduce(MPI_IN_PLACE, v, 3, MPI_INT, MPI_MAX, comm) != MPI_SUCCESS)
+            const bool device = send.way != device_path::host || recv.way != device_path::host;
+            fused_tuner::facts v = fused_tuner::local(send.gaps || recv.gaps, send.unknown || recv.unknown, device);
+            if (PMPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT, MPI_MAX, comm) !=
+                MPI_SUCCESS)
                 return pass(pass_reason::internal);  // the same failure on every rank
-            c = v[1] || !v[0] ? to_library : v[2] ? to_shunt : measuring;
-            if (c != measuring)
-                log_choice(c, v[1]   ? "a datatype shunt does not know on some rank"
-                              : v[2] ? "device buffers on some rank"
-                                     : "contiguous host data on every rank");
+            if (const char* why = d.first(v)) log_choice(d.current(), why);
         }
-        d.state.store(c, std::memory_order_release);
+        c = d.current();
     }
-    if ((c == to_library || c == to_shunt) && d.record != nullptr)
-        d.record->taken.fetch_add(1, std::memory_order_relaxed);
-    if (c == to_library) return pass(pass_reason::planned);
-    if (c == to_shunt) return fused_exchange(s, comm, send, recv, pass, exchange, true);
+    if ((c == state::library || c == state::shunt) && ds->record[which] != nullptr)
+        ds->record[which]->taken.fetch_add(1, std::memory_order_relaxed);
+    if (c == state::library) return pass(pass_reason::planned);
+    if (c == state::shunt) return exchange(s, comm, send, recv, pass, exchange_bytes, true);
     // Measuring: each call runs both paths on the same data, in alternating order (the second
-    // writes the same bytes again), timed; the first call warms both up (pools, first touch),
-    // then after w_trials calls the agreed best time of each decides. An in-place call cannot
-    // run twice: it takes shunt's path untimed (MPI_IN_PLACE is given on every rank or on none,
-    // so every rank skips the same calls).
-    if (send.copy) return fused_exchange(s, comm, send, recv, pass, exchange, true);
-    const bool shunt_first = d.runs % 2 == 1;
+    // writes the same bytes again), timed; the first call warms both up (pools, first touch).
+    // An in-place call cannot run twice: it takes shunt's path untimed (MPI_IN_PLACE is given on
+    // every rank or on none, so every rank skips the same calls).
+    if (send.copy) return exchange(s, comm, send, recv, pass, exchange_bytes, true);
+    const bool shunt_first = d.shunt_first();
     double took[2] = {0, 0};  // library, shunt
     int rc = MPI_SUCCESS;
     for (int k = 0; k < 2 && rc == MPI_SUCCESS; ++k) {
         const bool shunt_now = (k == 0) == shunt_first;
         const double t0 = now_s();
-        rc = shunt_now ? fused_exchange(s, comm, send, recv, pass, exchange, false) : pass(pass_reason::measuring);
+        rc = shunt_now ? exchange(s, comm, send, recv, pass, exchange_bytes, false) : pass(pass_reason::measuring);
         took[shunt_now ? 1 : 0] = now_s() - t0;
     }
     if (rc != MPI_SUCCESS) return rc;
-    if (d.runs++ > 0) {
-        d.best[0] = std::min(d.best[0], took[0]);
-        d.best[1] = std::min(d.best[1], took[1]);
-    }
-    if (d.runs <= w_trials) return rc;
-    double agreed[2] = {d.best[0], d.best[1]};
+    if (!d.record(took)) return rc;
+    double agreed[2] = {d.best()[0], d.best()[1]};
     if (PMPI_Allreduce(MPI_IN_PLACE, agreed, 2, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS) {
         agreed[0] = 0;  // the same failure on every rank: the library
         agreed[1] = 1;
     }
-    const std::uint8_t now = agreed[1] < agreed[0] * (1 - w_margin) ? to_shunt : to_library;
-    d.state.store(now, std::memory_order_release);
+    const state now = d.decide(agreed);
     char why[96];
     std::snprintf(why, sizeof why, "library measured %.3g us, shunt %.3g us", agreed[0] * 1e6, agreed[1] * 1e6);
     log_choice(now, why, agreed);
@@ -409,17 +348,17 @@ int runtime::fused_collective(shim s, MPI_Comm comm, w_side& send, w_side& recv,
 }
 
 template <class Pass, class Exchange>
-int runtime::fused_exchange(shim s, MPI_Comm comm, w_side& send, w_side& recv, Pass pass, Exchange exchange,
-                            bool counted) noexcept {
+int fused_executor::exchange(shim s, MPI_Comm comm, side& send, side& recv, Pass pass, Exchange exchange_bytes,
+                             bool counted) noexcept {
     const char* name = shim_names[static_cast<std::size_t>(s)];
     try {
-        for (w_side* side : {&send, &recv}) {
-            if (side->way == device_way::host) continue;
+        for (side* sd : {&send, &recv}) {
+            if (sd->way == device_path::host) continue;
             // A device buffer needs shunt's decoding (agreed on above, unless forced or the
             // types changed since the communicator's first call).
-            if (side->unknown) return pass(pass_reason::unknown_type);
-            for (auto& b : side->blocks)
-                if (b.bytes > 0) b.form = device_form_of(b.info, b.count, b.type);
+            if (sd->unknown) return pass(pass_reason::unknown_type);
+            for (auto& b : sd->blocks)
+                if (b.bytes > 0) b.form = rt_.devices().form_of(rt_.memo(), b.info, b.count, b.type);
         }
         place(send);
         place(recv);
@@ -432,10 +371,10 @@ int runtime::fused_exchange(shim s, MPI_Comm comm, w_side& send, w_side& recv, P
         log_debug(log_category::pack, "%s: %s; left to the library", name, e.what());
         return pass(pass_reason::too_large);
     } catch (const std::exception& e) {
-        internal_failure(s, e.what());
+        rt_.internal_failure(s, e.what());
         return pass(pass_reason::internal);
     }
-    const int rc = exchange(send, recv);
+    const int rc = exchange_bytes(send, recv);
     if (rc != MPI_SUCCESS) return rc;  // the library's error, its handler already called
     try {
         unpack_side(recv, comm);
@@ -447,26 +386,38 @@ int runtime::fused_exchange(shim s, MPI_Comm comm, w_side& send, w_side& recv, P
         PMPI_Comm_call_errhandler(comm, MPI_ERR_INTERN);
         return MPI_ERR_INTERN;
     }
-    if (counted) {
-        stats_.add(counter_index::handled(direction::collective));
-        stats_.add(counter_index::bytes(direction::collective), static_cast<std::uint64_t>(send.total));
-        stats_.add(counter_index::collective_handled(s));
-    }
+    if (counted) rt_.count_collective(s, send.total);
     return rc;
 }
+
+// ---- entry points ----
 
 int runtime::alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[],
                        void* recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[],
                        MPI_Comm comm) noexcept {
-    this->count(shim::alltoallw);
+    count(shim::alltoallw);
+    return fused_.alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm);
+}
+
+int runtime::neighbor_alltoallw(const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[],
+                                const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
+                                const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) noexcept {
+    count(shim::neighbor_alltoallw);
+    return fused_.neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+                                     comm);
+}
+
+int fused_executor::alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls[],
+                              const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
+                              const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) noexcept {
     const auto library = [&] {
         return PMPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm);
     };
     const auto pass = [&](pass_reason why) {
-        count_pass(direction::collective, why);
+        rt_.count_pass(direction::collective, why);
         return library();
     };
-    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    if (!rt_.collectives().enabled(comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
     const bool in_place = sendbuf == MPI_IN_PLACE;
     int size = 0, inter = 0;
     if (recvcounts == nullptr || rdispls == nullptr || recvtypes == nullptr ||
@@ -476,37 +427,37 @@ int runtime::alltoallw(const void* sendbuf, const int sendcounts[], const int sd
     if (inter) return pass(pass_reason::unsupported);
     try {
         // In place: the data to send are in recvbuf under the receive arguments, copied out first.
-        w_side send(in_place ? recvbuf : const_cast<void*>(sendbuf), in_place);
-        w_side recv(recvbuf, false);
-        const auto find = [this](MPI_Datatype t) { return memo_.find(t); };
+        side send(in_place ? recvbuf : const_cast<void*>(sendbuf), in_place);
+        side recv(recvbuf, false);
+        const auto find = [this](MPI_Datatype t) { return rt_.memo().find(t); };
         const std::vector<char> none;
         pass_reason why = describe(send, size, in_place ? recvcounts : sendcounts, in_place ? rdispls : sdispls,
                                    in_place ? recvtypes : sendtypes, none, find);
         if (why == pass_reason::none) why = describe(recv, size, recvcounts, rdispls, recvtypes, none, find);
         if (why != pass_reason::none) return pass(why);
-        return fused_collective(shim::alltoallw, comm, send, recv, library, [&](w_side& out, w_side& in) {
+        return decided(shim::alltoallw, comm, send, recv, library, [&](side& out, side& in) {
             return PMPI_Alltoallw(out.base, out.counts.data(), out.displs.data(), out.types.data(), in.base,
                                   in.counts.data(), in.displs.data(), in.types.data(), comm);
         });
     } catch (const std::exception& e) {
-        internal_failure(shim::alltoallw, e.what());
+        rt_.internal_failure(shim::alltoallw, e.what());
         return pass(pass_reason::internal);
     }
 }
 
-int runtime::neighbor_alltoallw(const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[],
-                                const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
-                                const MPI_Aint rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) noexcept {
-    this->count(shim::neighbor_alltoallw);
+int fused_executor::neighbor_alltoallw(const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[],
+                                       const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
+                                       const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],
+                                       MPI_Comm comm) noexcept {
     const auto library = [&] {
         return PMPI_Neighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
                                        comm);
     };
     const auto pass = [&](pass_reason why) {
-        count_pass(direction::collective, why);
+        rt_.count_pass(direction::collective, why);
         return library();
     };
-    if (!collectives_on(comm)) return pass(running() ? pass_reason::forced : pass_reason::not_running);
+    if (!rt_.collectives().enabled(comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
     int kind = MPI_UNDEFINED;
     if (sendbuf == MPI_IN_PLACE || PMPI_Topo_test(comm, &kind) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (kind != MPI_CART && kind != MPI_DIST_GRAPH) return pass(pass_reason::unsupported);  // graph, or none
@@ -536,18 +487,18 @@ int runtime::neighbor_alltoallw(const void* sendbuf, const int sendcounts[], con
         if ((in > 0 && (recvcounts == nullptr || rdispls == nullptr || recvtypes == nullptr)) ||
             (out > 0 && (sendcounts == nullptr || sdispls == nullptr || sendtypes == nullptr)))
             return pass(pass_reason::bad_argument);
-        w_side send(const_cast<void*>(sendbuf), false);
-        w_side recv(recvbuf, false);
-        const auto find = [this](MPI_Datatype t) { return memo_.find(t); };
+        side send(const_cast<void*>(sendbuf), false);
+        side recv(recvbuf, false);
+        const auto find = [this](MPI_Datatype t) { return rt_.memo().find(t); };
         pass_reason why = describe(send, out, sendcounts, sdispls, sendtypes, null_out, find);
         if (why == pass_reason::none) why = describe(recv, in, recvcounts, rdispls, recvtypes, null_in, find);
         if (why != pass_reason::none) return pass(why);
-        return fused_collective(shim::neighbor_alltoallw, comm, send, recv, library, [&](w_side& o, w_side& i) {
+        return decided(shim::neighbor_alltoallw, comm, send, recv, library, [&](side& o, side& i) {
             return PMPI_Neighbor_alltoallw(o.base, o.counts.data(), o.aint_displs.data(), o.types.data(), i.base,
                                            i.counts.data(), i.aint_displs.data(), i.types.data(), comm);
         });
     } catch (const std::exception& e) {
-        internal_failure(shim::neighbor_alltoallw, e.what());
+        rt_.internal_failure(shim::neighbor_alltoallw, e.what());
         return pass(pass_reason::internal);
     }
 }

@@ -1,0 +1,72 @@
+// interpose/collectives.hpp: the collective executor: one path for every collective (descriptor, checks, per-communicator topology and planner, shunt's schedule or the library).
+#pragma once
+
+#include <shunt/collectives/mpi_call.hpp>
+#include <shunt/plan/collective.hpp>
+#include <shunt/plan/pass.hpp>
+#include <shunt/topology/topology.hpp>
+
+#include "counters.hpp"
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace shunt::detail {
+
+class runtime;
+class device_stage;
+
+/// The collectives shunt can run (MPI_Allreduce .. MPI_Alltoallv). Each is one MPI form in
+/// collectives/ (mpi_allreduce, ...: the library's call, the checks that leave a call to the
+/// library, the device spans, shunt's schedule); run() is the one path every call takes:
+/// eligibility, the lock-free settled decision, the form's checks, device staging, the
+/// communicator's planner, shunt's schedule or the library, timing and counting.
+///
+/// Every decision must come out the same on every rank of a call, or ranks run different
+/// algorithms and hang. So a call goes to shunt or to the library only on what every rank knows
+/// alike: the communicator (inter or intra, size), the operation and the reduction's datatype
+/// (the same on every rank by MPI's rules), the byte count of the whole operation (the type
+/// signatures match), and the planner's agreed choice. What differs between ranks (a datatype
+/// with gaps on one rank, dense on another) is bridged locally by packing.
+class coll_executor {
+public:
+    explicit coll_executor(runtime& rt) noexcept : rt_(rt) {}
+    coll_executor(const coll_executor&) = delete;
+    coll_executor& operator=(const coll_executor&) = delete;
+
+    /// A communicator's state for collectives: its topology and planner, or why it has none.
+    struct context {
+        bool usable = false;
+        pass_reason why = pass_reason::unsupported;  ///< when not usable
+        const topology* topo = nullptr;  ///< cached on the same communicator, freed with it
+        std::shared_ptr<collective_tuner> tuner;
+    };
+
+    /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`.
+    template <class Form>
+    int run(shim s, mpi_coll_args a) noexcept;
+
+    /// True when collectives on comm may go to shunt at all (MPI running, not SHUNT_COLL=library).
+    bool enabled(MPI_Comm comm) noexcept;
+    /// comm's context, built on first use (collective over comm); nullptr when comm is not valid.
+    context* context_of(MPI_Comm comm) noexcept;
+
+private:
+    /// comm's context if it has one (never collective; cached per thread).
+    context* existing_context(MPI_Comm comm) noexcept;
+    /// True when comm's planner has settled on the library for (op, bytes): the lock-free path
+    /// taken before any other check (counted as a planned pass by the caller).
+    bool settled_on_library(MPI_Comm comm, coll_op op, std::int64_t bytes, bool live) noexcept;
+    /// The planner's choice, shunt's schedule (`run`) or the library (`library`), timing, counting;
+    /// `live` false: decided from the model without measuring (a floating-point reduction).
+    template <class Library, class Shunt>
+    int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, bool live, device_stage& dev, Library library,
+                   Shunt run) noexcept;
+    void log_decision(const context& ctx, coll_op op, std::int64_t bytes, bool live, const char* name) noexcept;
+
+    runtime& rt_;
+};
+
+}  // namespace shunt::detail

@@ -1,0 +1,156 @@
+// interpose/mpi_calls.hpp: the one list of intercepted MPI functions: the shim enum, its names, the shims and the runtime's entry points all come from it.
+#pragma once
+
+/// X(name, Name, (parameters), (arguments)) per intercepted function MPI_Name, in report order:
+/// `name` is its shim enumerator and the runtime member the shim calls, with the parameters of
+/// mpi.h's prototype (the same types, or GCC rejects the redeclaration). One list per family, in
+/// this order (counters.hpp names the boundaries): setup and datatypes; the collectives shunt runs
+/// with its schedules, whose runtime members are generated (collectives.cpp: each names its MPI
+/// form mpi_<name> in collectives/<name>.hpp, so adding one is an entry here, its header and its
+/// test); the fused collectives; point-to-point data movers (send .. imrecv) and completion calls
+/// (wait .. request_get_status). Adding another function is one entry and the runtime member
+/// that handles it.
+#define SHUNT_MPI_SETUP_CALLS(X)                                                                        \
+    X(pack, Pack,                                                                                       \
+      (const void* inbuf, int incount, MPI_Datatype datatype, void* outbuf, int outsize, int* position, \
+       MPI_Comm comm),                                                                                  \
+      (inbuf, incount, datatype, outbuf, outsize, position, comm))                                      \
+    X(unpack, Unpack,                                                                                   \
+      (const void* inbuf, int insize, int* position, void* outbuf, int outcount, MPI_Datatype datatype, \
+       MPI_Comm comm),                                                                                  \
+      (inbuf, insize, position, outbuf, outcount, datatype, comm))                                      \
+    X(pack_size, Pack_size, (int incount, MPI_Datatype datatype, MPI_Comm comm, int* size),             \
+      (incount, datatype, comm, size))                                                                  \
+    X(type_commit, Type_commit, (MPI_Datatype * type), (type))                                          \
+    X(type_dup, Type_dup, (MPI_Datatype oldtype, MPI_Datatype * newtype), (oldtype, newtype))           \
+    X(type_free, Type_free, (MPI_Datatype * type), (type))                                              \
+    X(init, Init, (int* argc, char*** argv), (argc, argv))                                              \
+    X(init_thread, Init_thread, (int* argc, char*** argv, int required, int* provided),                 \
+      (argc, argv, required, provided))                                                                 \
+    X(finalize, Finalize, (), ())
+
+#define SHUNT_MPI_COLL_CALLS(X)                                                                                        \
+    X(allreduce, Allreduce,                                                                                            \
+      (const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),                \
+      (sendbuf, recvbuf, count, datatype, op, comm))                                                                   \
+    X(reduce, Reduce,                                                                                                  \
+      (const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm),      \
+      (sendbuf, recvbuf, count, datatype, op, root, comm))                                                             \
+    X(reduce_scatter_block, Reduce_scatter_block,                                                                      \
+      (const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),            \
+      (sendbuf, recvbuf, recvcount, datatype, op, comm))                                                               \
+    X(reduce_scatter, Reduce_scatter,                                                                                  \
+      (const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm),   \
+      (sendbuf, recvbuf, recvcounts, datatype, op, comm))                                                              \
+    X(allgather, Allgather,                                                                                            \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, \
+       MPI_Comm comm),                                                                                                 \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))                                              \
+    X(allgatherv, Allgatherv,                                                                                          \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],               \
+       const int displs[], MPI_Datatype recvtype, MPI_Comm comm),                                                      \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm))                                     \
+    X(bcast, Bcast, (void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm),                         \
+      (buffer, count, datatype, root, comm))                                                                           \
+    X(alltoall, Alltoall,                                                                                              \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, \
+       MPI_Comm comm),                                                                                                 \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm))                                              \
+    X(alltoallv, Alltoallv,                                                                                            \
+      (const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void* recvbuf,         \
+       const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm),                             \
+      (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+
+#define SHUNT_MPI_FUSED_CALLS(X)                                                                                   \
+    X(alltoallw, Alltoallw,                                                                                        \
+      (const void* sendbuf, const int sendcounts[], const int sdispls[], const MPI_Datatype sendtypes[],           \
+       void* recvbuf, const int recvcounts[], const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm), \
+      (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))                    \
+    X(neighbor_alltoallw, Neighbor_alltoallw,                                                                      \
+      (const void* sendbuf, const int sendcounts[], const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],      \
+       void* recvbuf, const int recvcounts[], const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],            \
+       MPI_Comm comm),                                                                                             \
+      (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm))
+
+#define SHUNT_MPI_P2P_CALLS(X)                                                                                         \
+    X(send, Send, (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),               \
+      (buf, count, datatype, dest, tag, comm))                                                                         \
+    X(recv, Recv,                                                                                                      \
+      (void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Status* status),           \
+      (buf, count, datatype, source, tag, comm, status))                                                               \
+    X(isend, Isend,                                                                                                    \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(irecv, Irecv,                                                                                                    \
+      (void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request* request),         \
+      (buf, count, datatype, source, tag, comm, request))                                                              \
+    X(sendrecv, Sendrecv,                                                                                              \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf, int recvcount, \
+       MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status* status),                             \
+      (sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status))      \
+    X(sendrecv_replace, Sendrecv_replace,                                                                              \
+      (void* buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source, int recvtag, MPI_Comm comm,     \
+       MPI_Status* status),                                                                                            \
+      (buf, count, datatype, dest, sendtag, source, recvtag, comm, status))                                            \
+    X(ssend, Ssend, (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),             \
+      (buf, count, datatype, dest, tag, comm))                                                                         \
+    X(rsend, Rsend, (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),             \
+      (buf, count, datatype, dest, tag, comm))                                                                         \
+    X(bsend, Bsend, (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm),             \
+      (buf, count, datatype, dest, tag, comm))                                                                         \
+    X(issend, Issend,                                                                                                  \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(irsend, Irsend,                                                                                                  \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(ibsend, Ibsend,                                                                                                  \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(send_init, Send_init,                                                                                            \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(recv_init, Recv_init,                                                                                            \
+      (void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm, MPI_Request* request),         \
+      (buf, count, datatype, source, tag, comm, request))                                                              \
+    X(ssend_init, Ssend_init,                                                                                          \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(rsend_init, Rsend_init,                                                                                          \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(bsend_init, Bsend_init,                                                                                          \
+      (const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, MPI_Request* request),     \
+      (buf, count, datatype, dest, tag, comm, request))                                                                \
+    X(start, Start, (MPI_Request * request), (request))                                                                \
+    X(startall, Startall, (int count, MPI_Request array_of_requests[]), (count, array_of_requests))                    \
+    X(mrecv, Mrecv, (void* buf, int count, MPI_Datatype datatype, MPI_Message* message, MPI_Status* status),           \
+      (buf, count, datatype, message, status))                                                                         \
+    X(imrecv, Imrecv, (void* buf, int count, MPI_Datatype datatype, MPI_Message* message, MPI_Request* request),       \
+      (buf, count, datatype, message, request))                                                                        \
+    X(wait, Wait, (MPI_Request * request, MPI_Status * status), (request, status))                                     \
+    X(waitall, Waitall, (int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]),                  \
+      (count, array_of_requests, array_of_statuses))                                                                   \
+    X(waitany, Waitany, (int count, MPI_Request array_of_requests[], int* index, MPI_Status* status),                  \
+      (count, array_of_requests, index, status))                                                                       \
+    X(waitsome, Waitsome,                                                                                              \
+      (int incount, MPI_Request array_of_requests[], int* outcount, int array_of_indices[],                            \
+       MPI_Status array_of_statuses[]),                                                                                \
+      (incount, array_of_requests, outcount, array_of_indices, array_of_statuses))                                     \
+    X(test, Test, (MPI_Request * request, int* flag, MPI_Status* status), (request, flag, status))                     \
+    X(testall, Testall, (int count, MPI_Request array_of_requests[], int* flag, MPI_Status array_of_statuses[]),       \
+      (count, array_of_requests, flag, array_of_statuses))                                                             \
+    X(testany, Testany, (int count, MPI_Request array_of_requests[], int* index, int* flag, MPI_Status* status),       \
+      (count, array_of_requests, index, flag, status))                                                                 \
+    X(testsome, Testsome,                                                                                              \
+      (int incount, MPI_Request array_of_requests[], int* outcount, int array_of_indices[],                            \
+       MPI_Status array_of_statuses[]),                                                                                \
+      (incount, array_of_requests, outcount, array_of_indices, array_of_statuses))                                     \
+    X(request_free, Request_free, (MPI_Request * request), (request))                                                  \
+    X(cancel, Cancel, (MPI_Request * request), (request))                                                              \
+    X(request_get_status, Request_get_status, (MPI_Request request, int* flag, MPI_Status* status),                    \
+      (request, flag, status))
+
+/// Every intercepted function, in report order.
+#define SHUNT_MPI_CALLS(X) \
+    SHUNT_MPI_SETUP_CALLS(X) SHUNT_MPI_COLL_CALLS(X) SHUNT_MPI_FUSED_CALLS(X) SHUNT_MPI_P2P_CALLS(X)
