@@ -389,13 +389,9 @@ inline constexpr double target_trial_s = 1e-3;
 /// The orders are fixed, the same in every run and on every rank of an MPI benchmark. What a
 /// variant's predecessor leaves in the caches and the TLB moves its time, and a best-of-trials
 /// picks the kindest predecessor: each variant must meet each predecessor as often. A rotation
-/// met only one (a variant that ran PMPI_Pack through libshunt, always right after PMPI_Pack
-/// itself, ran 0.9x the library's speed on 1 MiB of 8-byte blocks 512 bytes apart, with the
-/// same code), and a shuffle per trial from a fixed seed met them unevenly, the same way in
-/// every run: unpacking 16 MiB of 128-byte rows 256 and 512 bytes apart with SHUNT_PACK=library,
-/// where shunt calls the library's code, read 0.77-0.94x the library in 18 of 20 rows over 10
-/// runs (0.95x and 0.99x in the other two; 0.90-1.23x with four other seeds); in this order,
-/// 0.96-1.04x in 8 rows (four labellings of the variants).
+/// met only one, and a shuffle per trial from a fixed seed met them unevenly, the same way in
+/// every run: both moved a variant running the library's own code away from the library's time
+/// (bench/README.md, method).
 class trial_order {
 public:
     explicit trial_order(std::size_t n) {

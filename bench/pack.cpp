@@ -224,17 +224,14 @@ constexpr int settle_calls = 2 * (2 + 2 * shunt::planner::measure_trials) + shun
 /// The least a packer must do, as loops that move only that traffic, in address order, without
 /// gathering anything: a pack loads one byte of each cache line the type touches in the typed
 /// buffer and writes the packed bytes whole; an unpack loads one byte of each packed line and
-/// rewrites one byte of each touched line (loaded first: that ran faster than a blind store,
-/// 2.2 us against 2.5 for 2048 lines in the L2). The packed bytes go along with the lines, 64
-/// lines at a time, their share in proportion. Each runs with and without a prefetch 16 lines
-/// ahead (which shunt issues for blocks far apart, where the hardware prefetcher does not follow,
-/// and which slowed 1 MiB of 256 B blocks 1 KiB apart from 75 to 79 us), and a pack also with
-/// streaming stores, which skip reading the lines they write. The fastest of them, `bound`,
-/// estimates what a packer can gain on the library (lib/bound): a packer near it moves data about
-/// as fast as this machine's memory system does. It is not a ceiling: shunt's packer ran faster
-/// than these loops on 21-31 of 192 rows of a run, mostly by 5-20%, by up to 1.26x in the runs
-/// after the unpack prefetch and by 1.39x once, on a 1 MiB pack of 128 B rows 512 B apart (why,
-/// not studied).
+/// rewrites one byte of each touched line (loaded first, which ran faster than a blind store).
+/// The packed bytes go along with the lines, 64 lines at a time, their share in proportion. Each
+/// runs with and without a prefetch 16 lines ahead (which shunt issues for blocks far apart,
+/// where the hardware prefetcher does not follow, and which can also slow the loop), and a pack
+/// also with streaming stores, which skip reading the lines they write. The fastest of them,
+/// `bound`, estimates what a packer can gain on the library (lib/bound): a packer near it moves
+/// data about as fast as this machine's memory system does. It is not a ceiling: shunt's packer
+/// runs faster than these loops on some rows.
 class traffic_bound {
 public:
     /// `marked`: a typed-size buffer whose nonzero bytes are the type's (an unpack of 0xff bytes
@@ -388,14 +385,10 @@ void run_case(const pack_case& c, MPI_Datatype type, table& out, const options& 
                  number_cell((static_cast<double>(size) / shunt_s) / (static_cast<double>(true_extent) / span_s), 2)});
     };
     // Timed, the library, shunt and the library again each write their own output buffer. One
-    // shared buffer let shunt's streaming stores (then from a fixed 16 MiB) leave it in memory rather than
-    // in cache for the library's next call: unpacking 16 MiB in 64-512 B rows at twice their
-    // length, a loop of library calls ran 1.4-2.0 ms a call, each library call after one of
-    // shunt's 3.8-5.1 ms, and the rows showed shunt 2.2-2.5x faster where it is 1.15-1.25x.
-    // Separate buffers lie on different physical pages, whose cache sets and TLB reach differ
-    // (an unpack of 24-byte rows spread over 18 MB ran 0.76-0.87x from the library into one
-    // buffer to the library into another): the library again writes a third buffer, so lib/lib
-    // shows that spread too.
+    // shared buffer let shunt's streaming stores leave it in memory rather than in cache for the
+    // library's next call, which then ran slower and made shunt look faster than it is. Separate
+    // buffers lie on different physical pages, whose cache sets and TLB reach differ: the library
+    // again writes a third buffer, so lib/lib shows that spread too.
     const std::byte* const packed_in = packed_library.data();  // the packed bytes, for unpacking
     if (o.selected("pack/" + c.name)) {
         std::vector<std::function<void()>> variants = {
@@ -476,14 +469,13 @@ int main(int argc, char** argv) {
         "loads one byte of each cache line the type touches, in address order, and writes the packed\n"
         "bytes (pack), or reads the packed bytes and rewrites one byte of each touched line (unpack).\n"
         "An estimate of what a packer can gain on the library, not a ceiling: a packer can run somewhat\n"
-        "faster than such loops (shunt's did by up to 1.4x, mostly 5-20%);\n"
+        "faster than such loops;\n"
         "fp-memcpy = memcpy of the type's footprint (its true extent: as much memory as the typed\n"
         "buffer spans) in GB/s of its own bytes; shunt/fp-memcpy = shunt's GB/s / fp-memcpy's.\n"
         "Runs on rank 0 of MPI_COMM_WORLD (run it alone, or with mpiexec -n 1).");
     // 40 trials (at most 3 s a row): rows whose data sits near a cache's capacity alternate between
-    // two speeds of the same code for runs of calls, and with 15 trials the library against itself
-    // (lib/lib) was off by more than 5% on 22-33 of 192 rows with Open MPI, 25-27 with MPICH; with
-    // 40, on 17 and 12.
+    // two speeds of the same code for runs of calls, and with fewer trials the library against
+    // itself (lib/lib) was off by more than 5% on many more rows.
     line.trial_defaults(40, 3.0);
     options o = line.parse(argc, argv);
     if (s.quick) {

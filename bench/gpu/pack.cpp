@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
                 [&](const std::string& v) { per_block_max = parse_int(v, "--per-block-max", 1, 1 << 24); });
     line.epilog(
         "Rows are named OP/FAMILY/bB/SIZE (pack/2d/b8/16M): 2d = rows of B bytes 2B apart; 3d = planes of 16\n"
-        "such rows, planes one plane apart. SIZE = payload (--sizes, default 16M,256M: on an H100, whose L2\n"
-        "holds 50 MB, 16M rows run partly from L2, 256M rows from memory). Columns: shunt = the kernel\n"
+        "such rows, planes one plane apart. SIZE = payload (--sizes, default 16M,256M: where the L2 holds\n"
+        "tens of MB, 16M rows run partly from L2, 256M rows from memory). Columns: shunt = the kernel\n"
         "(stream-ordered, one synchronisation per call) in GB/s of payload; bound = payload / (strided\n"
         "bytes rounded to 32-byte sectors + contiguous bytes) at the device-to-device copy bandwidth measured\n"
         "in the same run, and shunt/bound its fraction; 2D = cudaMemcpy2DAsync (3d: one call per plane, over\n"

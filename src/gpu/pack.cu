@@ -19,9 +19,7 @@ namespace {
 
 constexpr int block_threads = 256;
 /// Beyond this many blocks (2^24 threads, one 16-byte word each: 256 MiB) the kernels stride. A
-/// cap of 8192 blocks, each thread then moving several words, ran strided unpacks of 32-64 B
-/// blocks at 0.79-0.80 of the sector-aware bound on an H100 at 256 MiB, one word per thread at
-/// 0.85-0.87 (packs of 64 B blocks 0.94 against 0.97).
+/// lower cap, each thread then moving several words, ran slower than one word per thread.
 constexpr std::int64_t max_blocks = std::int64_t{1} << 16;
 
 /// Strided (BlockList false: one block per innermost iteration) or block-list transfer of one

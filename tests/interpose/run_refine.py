@@ -16,7 +16,7 @@ the library (the model's decision, in the SHUNT_LOG=decide line):
   measuring takes (two warm-ups and the planner's trials) may reach the library. A first verdict
   closer than 2x is measured again eight calls later (the planner's second look): then twice
   that many calls may reach the library. Where shunt's packer is not 2x faster than the library
-  on a layout's first, cold calls (MPICH's byte-row unpack on a Zen 3, 1.1-2.1x) the second look
+  on a layout's first, cold calls (as for MPICH's byte-row unpack on some CPUs) the second look
   is the rule, not a fault.
 - the same with pack_loop's "vary" mode, where nearly every call packs a new count of the same
   layout (56-64 KiB, one class of the planner's): the class is measured once, and again no more
@@ -71,8 +71,9 @@ def main():
         if p.returncode != 1 or m is None:
             fail("shunt-info --model must flag a foreign file and name this machine", p)
         identity = {"host": m.group(1), "gpu": m.group(2), "mpi": m.group(3)}
-        # Library 20 us, shunt 22 us for 64 KiB of 1-byte blocks (linear in the size). Here the
-        # library takes 80-130 us and shunt 2-5 us: corrected, shunt is the faster by far.
+        # Library 20 us, shunt 22 us for 64 KiB of 1-byte blocks (linear in the size): the library
+        # a few times faster than it really is, shunt a few times slower, so only a correction
+        # makes shunt's packer the choice.
         sizes = [1024, 65536, 1048576]
         tables = {}
         for op in ("pack", "unpack"):

@@ -61,7 +61,7 @@ inline constexpr double measured_win_margin = 0.03;
 struct analytic_params {
     double memcpy_bytes_per_s = 8e9;
     double library_call_s = 150e-9;  // MPI_Pack entry, convertor set-up
-    double library_block_s = 1.5e-9;  // per contiguous block (Open MPI 4.1: about 0.3 GB/s at 1-byte blocks)
+    double library_block_s = 1.5e-9;  // per contiguous block (Open MPI 4.1's packer at 1-byte blocks)
     double shunt_call_s = 40e-9;
     double shunt_block_s = 0.6e-9;
     double pcie_bytes_per_s = 25e9, pcie_latency_s = 8e-6;

@@ -30,12 +30,8 @@ namespace detail {
 /// cache of `llc` bytes shared by `cpus` CPUs (either 0 where unknown): three quarters of one
 /// CPU's share of that cache, as glibc 2.36 sets its memcpy's non-temporal threshold, and at
 /// least 16 MiB. Streaming stores skip reading each written line first and leave the cache to
-/// other data, but whoever reads the bytes next reads them from memory. Output that still fits
-/// a CPU's share of the cache is better left there: on the development machine (480 MiB L3,
-/// 2 CPUs, so 180 MiB here) 16 MiB objects of 64-512 B rows 2-4 times their length apart, in a
-/// loop of their own, unpacked up to 1.3x faster with streaming stores than with cached stores
-/// and prefetches (rows_prefetched) and packed 0.93-1.08x as fast, but a call followed by a read
-/// of what it wrote took 1.4-1.9x longer with them.
+/// other data, but whoever reads the bytes next reads them from memory: output that still fits
+/// a CPU's share of the cache is better left there.
 constexpr std::int64_t stream_store_threshold(std::int64_t llc, std::int64_t cpus) {
     constexpr std::int64_t floor = std::int64_t{16} << 20;
     if (llc <= 0 || cpus <= 0) return floor;
@@ -81,10 +77,8 @@ inline std::int64_t block_bytes_of(const layout& form, std::int64_t element_size
 /// True where unpacking a block list pays for prefetching the lines of the block
 /// prefetch_blocks_ahead ahead of each copy (blocks_masked with Ahead): 64 blocks or more, on
 /// average 256 bytes or more apart from the first to the last (the lines of one block are seldom
-/// next to the previous one's). In bench-pack's irregular 512-byte blocks (gaps of 1 B-1 KiB), unpacking ran 1.7x faster in
-/// 16 MiB (5.5 against 9.2-9.6 GB/s), 1.17x in 1 MiB, and 1.0-1.2x in 64 KiB; blocks of 8 and
-/// 64 bytes (16 and 128 bytes apart), which the hardware fetches in sequence, lost up to a third
-/// of their speed to the extra work when this was applied to them.
+/// next to the previous one's). Blocks closer together are fetched in sequence by the hardware,
+/// and prefetching them only adds work.
 inline bool prefetch_blocks_pay(const block* b, std::size_t n) {
     if (n < 64) return false;
     const double span = std::fabs(static_cast<double>(b[n - 1].offset) - static_cast<double>(b[0].offset));
@@ -214,12 +208,9 @@ inline constexpr std::uintptr_t smallest_page = 4096;
 /// long for the branch predictor to learn). A load reads up to 31 bytes past a block only where
 /// they lie on the page of the block's first byte (no fault where the buffer ends; those bytes
 /// are never stored anywhere they remain); the stores stay inside the pass's `bytes` packed
-/// bytes: blocks that start within 32 bytes of its end take copy_small. On a Zen 3, against the
-/// copy_small loop, interleaved in one process: lists of irregular 1-15-byte blocks (bench-pack's
-/// indexed b8) packed 3.7-4.4x as fast in 1 MiB, 2.6x in 16 MiB and 1.2-1.5x in 64 KiB (whose
-/// list the predictor partly learns); 1-23 to 1-63-byte blocks 1.1-2.1x in a loop of their own.
-/// Lists of longer blocks gain nothing (1-127 bytes: 0.96-1.05x; 1-1023: 0.95-1.00x, the extra
-/// length tests): blocks_all takes this loop where the blocks average overwide_mean_bytes or less.
+/// bytes: blocks that start within 32 bytes of its end take copy_small. Lists of longer blocks
+/// gain nothing and pay the extra length tests: blocks_all takes this loop where the blocks
+/// average overwide_mean_bytes or less.
 inline constexpr std::int64_t overwide_mean_bytes = 32;
 
 inline std::byte* blocks_overwide(const block* b, std::size_t n, std::uintptr_t base, std::byte* packed,
@@ -277,11 +268,9 @@ inline void unpack_short(std::byte* typed, const std::byte* packed, std::int64_t
 }
 
 /// Unpacks a block list by unpack_short where its blocks are 16 bytes or shorter (copy_small
-/// otherwise). On a Zen 3, against the copy_small loop, interleaved in one process, lists of
-/// irregular blocks (lengths uniform in 1 to 2m - 1, as bench-pack's indexed family) unpacked
-/// 1.8-1.9x as fast for m = 8 in 1 and 16 MiB (1.0x in 64 KiB, whose list the predictor
-/// learns), 1.1-1.5x for m = 16-64, but 0.91-0.99x for m = 128 and 512 in 16 MiB: blocks_all
-/// takes it where blocks average short_unpack_mean_bytes or less.
+/// otherwise). It pays on lists of short irregular blocks, whose lengths the branch predictor
+/// cannot learn, and loses on lists of long ones: blocks_all takes it where blocks average
+/// short_unpack_mean_bytes or less.
 inline constexpr std::int64_t short_unpack_mean_bytes = 64;
 
 inline std::byte* blocks_unpack_short(const block* b, std::size_t n, std::uintptr_t base, std::byte* packed) {
@@ -306,16 +295,9 @@ inline void move_block(std::byte* typed, std::byte* packed, std::int64_t n) {
         copy_small(typed, packed, n);
 }
 
-/// n rows of a fixed block length L, `stride` bytes apart in the typed buffer, unrolled by four.
-/// On the EPYC (Zen 4) the one-row loop ran at two speeds by where the linker put it: unpacking
-/// 64 KiB of 16-byte rows 32 bytes apart ran at 37 GB/s in one build and 28.6 in the next, whose
-/// loop straddled a 64-byte boundary, with no change to the loop (and packing them at 28.7 against
-/// 37.5 in another pair of builds). Unrolled, a straddling loop ran that row at 35-37 GB/s;
-/// bench-pack's packs of 4-32-byte rows 2 and 4 rows apart in 64 KiB and 1 MiB objects ran
-/// 0.99-1.04x as fast as the previous build (both flavours), and MPICH's unpack of that row,
-/// whose loop straddled in the previous build, 1.30x. In a loop of its own (both loops 64-byte
-/// aligned) the unrolled copy ran 0.97-1.44x as fast in 64 KiB and 1 MiB, but packed 16 MiB of
-/// 8 and 32-byte rows 4 and 2 rows apart at 0.84-0.92x (other 16 MiB rows 0.91-1.26x).
+/// n rows of a fixed block length L, `stride` bytes apart in the typed buffer, unrolled by four:
+/// one row a turn, the loop ran at two speeds by whether the linker put it across a 64-byte
+/// boundary; unrolled, it runs at the faster one either way.
 template <bool Pack, std::int64_t L>
 inline void rows_fixed(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n) {
 #pragma GCC unroll 4
@@ -335,12 +317,7 @@ inline std::atomic<bool> masked_blocks_allowed{true};
 #define SHUNT_HAVE_MASKED_BLOCKS 1
 /// From this many bytes, copy_wide first moves the bytes up to the destination's next 64-byte
 /// boundary, so that no whole-vector store straddles two cache lines (such a store costs about
-/// two). In a standalone loop on the development machine, block lists misaligned on both sides
-/// (lengths 1-1023 B at random offsets, 64 KiB-16 MiB) copied 1.09-1.16x faster so, lists of
-/// 1-511-byte blocks 1.08-1.22x; MPI_Pack of bench-pack's irregular 512-byte blocks
-/// (SHUNT_PACK=host) 1.24x in 64 KiB and 1.12x in 16 MiB. Aligning from 65 bytes on cost lists of
-/// 1-127-byte blocks up to a fifth of their speed in 1 MiB (one more masked move a block), hence
-/// the threshold.
+/// two). Below it, the extra masked move per block costs more than the straddling stores save.
 inline constexpr std::int64_t align_stores_from = 256;
 
 /// True where copy_wide aligns its stores: from align_stores_from bytes, and always with Stream.
@@ -388,7 +365,7 @@ template <bool Stream = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void copy_wide(std::byte* dst, const std::byte* src,
                                                                                 std::int64_t n) {
     // Two inlined loops rather than one after a conditional head: sharing one loop slowed lists
-    // of 1-127-byte blocks, which never take the head, by 3-10%.
+    // of short blocks, which never take the head.
     if (!aligns_stores<Stream>(n)) return copy_vectors<Stream>(dst, src, 0, n);
     copy_aligned<Stream>(dst, src, n);
 }
@@ -414,13 +391,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline void rows_wide(
 /// How many bytes ahead of its stores an unpack of rows packed close together (rows_window,
 /// rows_lanes) prefetches the typed lines for writing. Their masked stores write part of every
 /// line, and each line is read for ownership first: without the prefetch each store waited on
-/// that read. On the Xeon (Sapphire Rapids class), 1 KiB ahead, bench-pack unpacked 16 MiB of
-/// 1-8-byte rows 2 or 4 rows apart 1.31-1.49x faster with it (both MPI flavours; 64 KiB and 1 MiB
-/// objects 0.96-1.11x, noise), and a loop of rows_window calls on 16 MiB of 1-byte rows 2 bytes
-/// apart, the caches flushed before each, took 3.4-3.5 ms against 4.6-4.7 without, 256 B to 4 KiB
-/// ahead alike. On an AMD EPYC (Zen 4), in loops of rows calls on 1-8-byte rows 2 or 4 rows
-/// apart, 256 B ahead ran 1.12-1.30x faster than 1 KiB in 1 MiB objects (as fast as no prefetch)
-/// and 1.3-1.6x in 16 MiB (no prefetch 1.14-1.29x, 128 B as 256), 64 KiB alike.
+/// that read. 256 bytes ran as fast as longer distances on Intel and faster on AMD.
 inline constexpr std::int64_t unpack_claim_ahead = 256;
 
 /// n rows of len bytes, `stride` bytes apart, where stride divides 64 and len < stride: each
@@ -429,12 +400,8 @@ inline constexpr std::int64_t unpack_claim_ahead = 256;
 /// to the masked positions; bytes outside the mask are neither read nor written. The mask is the
 /// same in every window, so the byte compress (or expand) it stands for is one fixed byte
 /// permute: its index is the compress (expand) of 0..63, made once per call, and each window
-/// takes one permute (VBMI) instead of a compress or expand (VBMI2), which cost 1.6x as long on
-/// an AMD Zen 4 (1.36 against 0.82 ns a window in a loop of their own). There, in a loop of
-/// calls, 64 KiB objects of 1-20-byte rows 2-32 bytes apart packed and unpacked 1.4-1.9x faster,
-/// 1 MiB 1.1-1.65x; in bench-pack, unpacks of 1-2-byte rows 2-4 rows apart 1.6-1.9x (64 KiB) and
-/// 1.05-1.45x (1 MiB) with both MPI flavours, 16 MiB (memory-bound) 0.76-1.09x, median 0.96, in
-/// five runs, within those rows' spread. Rows past the last whole window go row by row.
+/// takes one permute (VBMI) instead of a compress or expand (VBMI2), which is slower. Rows past
+/// the last whole window go row by row.
 template <bool Pack>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512vbmi2,bmi2"))) inline void rows_window(
     std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len) {
@@ -489,9 +456,9 @@ inline constexpr std::size_t prefetch_blocks_ahead = 16;
 
 /// A block list with AVX-512 byte-masked moves: a block of up to 64 bytes is one masked load and
 /// one masked store, whatever its length, so irregular lengths cost no mispredicted branch
-/// (copy_small's length tests mispredict on every irregular block: about 5 ns a block once the
-/// list outgrows what the branch predictor can learn, 0.7 ns this way). Masked-off bytes are
-/// neither read (no fault past a buffer's end) nor written (bytes between blocks untouched).
+/// (copy_small's length tests mispredict on about every irregular block once the list outgrows
+/// what the branch predictor can learn). Masked-off bytes are neither read (no fault past a
+/// buffer's end) nor written (bytes between blocks untouched).
 /// With Ahead, each block's move follows a prefetch of the block prefetch_blocks_ahead further on.
 template <bool Pack, bool Ahead = false>
 __attribute__((target("avx512f,avx512bw,avx512vl,bmi2"))) inline std::byte* blocks_masked(const block* b, std::size_t n,
@@ -608,9 +575,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i gather_bytes
 /// vectors, and at R = 4 one shuffle of their halves; bytes by gather_bytes); unpacking (L 2, 4 or
 /// 8) spreads 64 packed bytes over R vectors, one permute each, stored under a mask of the row
 /// lanes (the gaps are not written). A group of 64 / L rows is packed only while a row follows it,
-/// so no load reaches past the last row's end; the rest go row by row. Packing 64 KiB of 2-byte
-/// rows at stride 8 ran at 22.5 GB/s against 8.5 for the compiler's gather (x86-64 baseline), and
-/// 16 MiB objects of 1-8-byte rows at stride 2 or 4 times the row packed 1.1-1.5x faster.
+/// so no load reaches past the last row's end; the rest go row by row. Faster than the compiler's
+/// gather for the x86-64 baseline (rows_const), which moves a row at a time.
 template <bool Pack, std::int64_t L, std::int64_t R>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void rows_lanes(std::byte* typed, std::byte* packed,
                                                                      std::int64_t n) {
@@ -663,15 +629,14 @@ inline bool window_rows_available() {
 
 /// rows_lanes where it applies: packing rows of 1, 2, 4 or 8 bytes at 2 or 4 times their
 /// length, and unpacking rows of 2, 4 or 8 bytes (byte rows, and 2-byte rows where the CPU has
-/// VBMI and VBMI2, unpack by rows_window, whose byte expand ran as fast or faster on the Xeon;
-/// its byte permute, which replaced the expand, ran faster than the expand on Zen 4). Returns
-/// false where it does not.
+/// VBMI and VBMI2, unpack by rows_window, which ran as fast or faster). Returns false where it
+/// does not.
 template <bool Pack>
 [[gnu::always_inline]] inline bool rows_permuted(std::byte* typed, std::byte* packed, std::int64_t stride,
                                                  std::int64_t n, std::int64_t len) {
     // The shape first, without a division: rows_direct calls this for every run of rows (and,
-    // through rows_prefetched, for every batch of them). Always inline: as a call (which GCC
-    // made of it once rows_loops grew) it cost about 18 instructions a call.
+    // through rows_prefetched, for every batch of them). Always inline: GCC made a call of it once
+    // rows_loops grew, which cost more than the tests themselves.
     if ((len != 1 && len != 2 && len != 4 && len != 8) || (stride != 2 * len && stride != 4 * len)) return false;
     if (n * len < 2 * 64 || !masked_blocks_available()) return false;
     if (!Pack && (len == 1 || (len == 2 && window_rows_available()))) return false;
@@ -740,7 +705,8 @@ __attribute__((target("avx2"))) void rows_lanes_avx2(std::byte* typed, std::byte
     for (; i + group < n; i += group, typed += 32 * R, packed += 32) {
         __m256i out;
         if constexpr (R == 2) {
-            out = _mm256_permute2x128_si256(front_avx2<L, R>(typed), front_avx2<L, R>(typed + 32), 0x20);
+            // Parenthesised: at -O0 GCC's intrinsic is a macro, which the template's comma would split.
+            out = _mm256_permute2x128_si256((front_avx2<L, R>(typed)), (front_avx2<L, R>(typed + 32)), 0x20);
         } else {
             const __m256i ab = _mm256_unpacklo_epi64(front_avx2<L, R>(typed), front_avx2<L, R>(typed + 32));
             const __m256i cd = _mm256_unpacklo_epi64(front_avx2<L, R>(typed + 64), front_avx2<L, R>(typed + 96));
@@ -752,11 +718,9 @@ __attribute__((target("avx2"))) void rows_lanes_avx2(std::byte* typed, std::byte
 }
 
 /// rows_lanes_avx2 where it pays: packing byte rows 2 bytes apart and 2-byte rows 4 or 8 bytes
-/// apart, two groups or more, on a CPU where avx2_rows_available(); false elsewhere. On an AMD
-/// EPYC (Zen 3, AVX2 only), in loops of their own over 64 KiB (three runs) and 1 MiB, these ran
-/// 1.05-1.9x (byte rows) and 1.33-1.96x (2-byte rows) as fast as the compiler's gather
-/// (rows_tiny, x86-64 baseline); byte rows 4 bytes apart 0.92-1.06x, and rows of 4 and 8 bytes
-/// 0.68-1.07x (four vectors a store, half of them across a cache line), so those keep it.
+/// apart, two groups or more, on a CPU where avx2_rows_available(); false elsewhere. Byte rows 4
+/// bytes apart and rows of 4 and 8 bytes keep the compiler's gather (rows_tiny), which ran as fast
+/// (four vectors a store, half of them across a cache line).
 inline bool rows_permuted_avx2(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
                                std::int64_t len) {
     if (!((len == 1 && stride == 2) || (len == 2 && (stride == 4 || stride == 8)))) return false;
@@ -776,8 +740,7 @@ inline void copy_chunks(std::byte* dst, const std::byte* src, std::int64_t n) {
 
 /// n rows of len bytes through the C library's memcpy, a call per row (the length is not a
 /// constant, so the compiler cannot expand it). For data that streams from memory its copy,
-/// which loads a whole row before it stores, keeps more misses in flight than inline moves:
-/// 16 MiB objects of 128-512-byte rows packed 10-25% faster here than with copy_wide.
+/// which loads a whole row before it stores, keeps more misses in flight than inline moves.
 template <bool Pack>
 [[gnu::noinline]] void rows_libc(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
                                  std::int64_t len) {
@@ -827,13 +790,8 @@ inline void rows_const(std::byte* typed, std::byte* packed, std::int64_t n) {
 /// Unpacks n rows of L bytes (1 or 2), S bytes apart (S 2 or 4 times L), from 8-byte loads of
 /// the packed stream, eight rows an iteration, one L-byte store per row from a shifted register;
 /// only the rows' bytes are written. For rows_const the compiler (x86-64 baseline) extracted
-/// every row from a vector register: on an AMD EPYC (Zen 3, AVX2 only), in loops of their own
-/// over 64 KiB (two runs) and 1 MiB, the 8-byte loads unpacked byte rows 1.6-2.2x (stride 2) and
-/// 1.9-3x (stride 4) as fast; 2-byte rows (two loads an iteration), best of 60 interleaved trials,
-/// three runs, 1.12-1.47x at stride 4 in 64 KiB and 1 MiB (1.01-1.09x in 16 MiB), and at stride 8
-/// 0.96-1.12x, median 1.01x, a tie taken with the rest (one load per four rows had run 0.66-0.88x,
-/// sixteen rows an iteration 0.78-1.18x). CPUs with AVX-512 take rows_window or rows_lanes before
-/// this; those without VBMI take it for byte rows unmeasured.
+/// every row from a vector register, which is slower. CPUs with AVX-512 take rows_window or
+/// rows_lanes before this; those without VBMI take it for byte rows unmeasured.
 template <std::int64_t L, std::int64_t S>
 inline void unpack_narrow(std::byte* typed, const std::byte* packed, std::int64_t n) {
     static_assert((L == 1 || L == 2) && (S == 2 * L || S == 4 * L));
@@ -868,9 +826,9 @@ inline bool rows_tiny(std::byte* typed, std::byte* packed, std::int64_t stride, 
     return false;
 }
 
-/// True where the rules below keep the figures of the Xeon (Sapphire Rapids class) they were
-/// first measured on: Intel x86 CPUs, and CPUs off x86, where they stand unmeasured. False on
-/// other x86 CPUs, whose rules were measured on an AMD EPYC (Zen 4). Decided once.
+/// True where the rules below keep the thresholds measured on an Intel Xeon (Sapphire Rapids
+/// class): Intel x86 CPUs, and CPUs off x86, where they stand unmeasured. False on other x86
+/// CPUs, whose thresholds were measured on AMD EPYCs (Zen 4, Zen 3). Decided once.
 inline bool tuned_as_intel() {
 #if defined(__x86_64__) && defined(__GNUC__)
     static const bool intel = __builtin_cpu_is("intel");
@@ -881,22 +839,16 @@ inline bool tuned_as_intel() {
 }
 
 /// The least stride from which sparse_gather sends rows through rows_libc on this CPU: 512 bytes
-/// where tuned_as_intel(), 4096 elsewhere. On the Xeon the calls gathered faster from 512 bytes
-/// (below). On the EPYC, packing rows of 2-16 bytes whose span was 4-64 MiB, in a loop of its
-/// own, the inline moves ran 1.7-3.6x faster than the calls at strides of 512-1536 bytes,
-/// 1.15-1.7x at 2096 and 3072, and at 2048 from 0.66x to 1.3x; at strides of 4096, 8192 and
-/// 16384 the calls ran faster by 1.2-2x in spans of 16-64 MiB (at 6144 from 0.74x to 1.07x), and
-/// the two were within 25% of each other in 4 MiB.
+/// where tuned_as_intel(), 4096 elsewhere, where inline moves gathered faster than the calls at
+/// strides of a few KiB and less.
 inline std::int64_t sparse_gather_stride() { return tuned_as_intel() ? 512 : 4096; }
 
 /// True for packing rows of at most 16 bytes, each in a cache line of its own (from
 /// sparse_gather_stride() apart), that sweep 4 to 64 MiB: out of the core's caches but within
 /// the reach of its TLB and the last-level cache. There a call of the C library's memcpy per row
-/// gathered 1.04-1.4x faster than inline moves on the development machine (Xeon, Sapphire Rapids
-/// class, rows 512 bytes or more apart: the same loads, yet the inline loop ran at 6.6-7 ns a row
-/// against 4.9-6.7 ns; Open MPI's packer, a memcpy call per block too, ran as fast as the calls),
-/// while below 4 MiB (cached) and above 64 MiB (page walks), and for unpacking at any size, the
-/// inline moves were faster.
+/// (as in Open MPI's packer) gathered faster than inline moves making the same loads, while below
+/// 4 MiB (cached) and above 64 MiB (page walks), and for unpacking at any size, the inline moves
+/// were faster.
 inline bool sparse_gather(std::int64_t stride, std::int64_t n, std::int64_t len) {
     constexpr std::int64_t lo = std::int64_t{4} << 20, hi = std::int64_t{64} << 20;
     if (len > 16 || stride < sparse_gather_stride() || n <= 0) return false;
@@ -905,34 +857,18 @@ inline bool sparse_gather(std::int64_t stride, std::int64_t n, std::int64_t len)
 }
 
 /// Off Intel, rows of this many bytes or more that no AVX-512 loop takes (rows_wide) go through
-/// rows_libc instead of rows_fixed or copy_chunks. On an AMD EPYC (Zen 3, AVX2 only), in loops of
-/// their own, best of 80 interleaved trials, glibc's copy per row against the 16-byte moves of
-/// copy_chunks (rows 1.05-4 row lengths apart, 64 KiB and 1 MiB, packing and unpacking):
-/// - rows of 256-1024 bytes, typed rows and packed stream at six alignments (cache-line aligned,
-///   16, 8 and 40 bytes off, one side only off), 336 shapes: median 1.12x, 0.88-1.61x, 59 below
-///   1.0x and 17 below 0.95x; 256-byte rows alone 1.14x (120 shapes), 512-byte rows 2 apart in
-///   1 MiB 1.09-1.54x;
-/// - rows of 448-4000 bytes, cache-line aligned, 384 shapes: median 1.08x, 0.89-1.68x (the
-///   slowest 4000- and 1536-byte rows nearly touching);
-/// - rows of 320 bytes 0.97x (48 shapes), 264-352 0.97-1.16x: a tie, left to the calls with the
-///   rest; rows of 128 bytes 0.75x, hence the threshold.
-/// From pack_program::streaming_bytes both took the calls already. Intel keeps the inline moves,
+/// rows_libc instead of rows_fixed or copy_chunks: without AVX-512, glibc's AVX2 copy per row
+/// beat the inline 16-byte moves from rows of 256 bytes on, and lost on rows of 128. From
+/// pack_program::streaming_bytes both took the calls already. Intel keeps the inline moves,
 /// which the Xeon measured faster.
 inline constexpr std::int64_t libc_rows_from = 256;
 
 /// True where rows_window beats one fixed move per row, from sweeps of every len < stride for
-/// strides 8, 16 and 32 over 64 KiB and 1 MiB of rows. On the Xeon (tuned_as_intel()), when
-/// rows_window made a byte compress per window (not swept with its permute): the compress paid
-/// where a window holds many rows or lengths that take two moves each; a power-of-two length (or
-/// 24) is one move per row, and at stride 32 a row of up to 16 bytes is one or two: there the
-/// moves ran 1.1-2.5x faster (8-byte rows at stride 32: 27.8 against 14.9 GB/s packing, 15.5
-/// against 10.2 unpacking); from 1 MiB, where the caches bound both, they tied within 1%. On the
-/// EPYC, with the permute: at stride 16 the window ran faster at every length (1.35-4x in 64
-/// KiB, 1.2-2.65x in 1 MiB, but for byte rows unpacking 1 MiB: 0.94-1.04x); at stride 32 at every
-/// length but 1, 2, 4, 16 and 24 (rows of 5-15 bytes 1.1-1.9x in 64 KiB and 1.1-1.3x in 1 MiB, of
-/// 3 and 12 bytes 0.92-1.31x, of 17 and more 4.2-7x), where the moves ran as fast or up to 1.4x
-/// faster, or for rows of 1 and 2 bytes faster one way and slower the other. Stride 8: the
-/// window, on both.
+/// strides 8, 16 and 32 over 64 KiB and 1 MiB of rows. A power-of-two length (or 24) is one move
+/// per row, and at stride 32 a row of up to 16 bytes is one or two: on the Xeon
+/// (tuned_as_intel()) the moves won there. On the EPYC, with the permute, the window won at
+/// stride 16 at every length and at stride 32 at every length but 1, 2, 4, 16 and 24. Stride 8:
+/// the window, on both.
 inline bool window_pays(std::int64_t stride, std::int64_t len) {
     const bool one_move = len == 1 || len == 2 || len == 4 || len == 8 || len == 16 || len == 24;
     if (stride <= 8) return true;
@@ -944,8 +880,8 @@ inline bool window_pays(std::int64_t stride, std::int64_t len) {
 /// Runs of rows that rows_direct_runs copies with one dispatch: `count` runs of the same n rows,
 /// the typed start of each `stride` bytes after the previous one's, their packed bytes in
 /// sequence. The two innermost levels of a program with one block (a 3-D halo face: a plane's
-/// few rows, plane after plane) take them together: the choice of a loop, about 80
-/// instructions, is then made once rather than for every plane.
+/// few rows, plane after plane) take them together: the choice of a loop, which costs more than
+/// copying a few short rows, is then made once rather than for every plane.
 struct row_runs {
     std::int64_t count = 1;
     std::int64_t stride = 0;
@@ -957,10 +893,8 @@ inline void rows_direct(std::byte* typed, std::byte* packed, std::int64_t stride
 
 /// n strided rows of one block length (with Runs, in each of `runs`): the hot loop of 2-D and
 /// N-D layouts, dispatched to a loop whose copy the compiler turns into plain moves. Without
-/// Runs, one run, compiled as if the runs were not there: a repeated 4 KiB pack of 16 rows of
-/// 256 B took about 100 more instructions with the copies below as calls, 40 with them inline
-/// but the runs passed along, 25 with rows_permuted a call, and takes 2-6 more as it stands
-/// (cachegrind, against the loop before runs).
+/// Runs, one run, compiled as if the runs were not there (the copies inline, no loop over runs),
+/// so that a single run pays nothing for them.
 template <bool Pack, bool Runs>
 [[gnu::always_inline]] inline void rows_loops(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n,
                                               std::int64_t len, bool streaming, bool stream_stores, row_runs runs) {
@@ -1069,32 +1003,19 @@ inline void rows_direct_runs(std::byte* typed, std::byte* packed, std::int64_t s
     rows_loops<Pack, true>(typed, packed, stride, n, len, streaming, stream_stores, runs);
 }
 
-/// Rows written per batch of rows_prefetched, which prefetches the batch after the one it writes.
-/// 16 ran 1.03-1.6x faster than 8 on 1 MiB objects of 16-64-byte rows, and as fast on longer rows
-/// and in 16 MiB objects.
+/// Rows written per batch of rows_prefetched, which prefetches the batch after the one it writes;
+/// 16 ran faster than 8 on short rows and as fast on long ones.
 inline constexpr std::int64_t prefetch_batch = 16;
 
 /// True where unpacking strided rows pays for prefetching the typed rows a batch ahead: rows at
 /// least a cache line apart (each row starts a line of its own, which the hardware prefetchers,
-/// tracking sequential lines, do not fetch ahead) over a typed span of 1 MiB or more (beyond half
-/// of the development machine's 2 MiB L2, where each written line waits for its read for
-/// ownership from the L3 or memory), written with ordinary stores. In a loop of memcpy calls per
-/// row, 8-512-byte rows 128 B-2 KiB apart unpacked 1.5-3x faster with the lines of the rows 8
-/// ahead prefetched (16 MiB of 256 B rows 1 KiB apart, the output out of the caches: 5.1 against
-/// 9.5 GB/s, as fast as streaming stores, which leave the rows out of the cache); packing, whose
-/// strided side is only read, gained nothing. Off Intel (tuned_as_intel() false) only rows
-/// shorter than 128 bytes over a span of pack_program::streaming_bytes or more take it: on the
-/// EPYC (Zen 4, whose hardware prefetchers follow strides), in loops of unpacks run as bench-pack
-/// runs them (two runs), the rows without the prefetch ran 1.1-1.4x faster in 1 MiB objects of
-/// 16-64-byte rows and of 512-byte rows, 1.03-1.25x of 128-256-byte rows 4 rows apart, 0.96-1.12x
-/// of the rest (1-8 bytes 512 B apart and 128-256 bytes 2 rows apart), and 1.13-1.41x in 16 MiB
-/// objects of 128-512-byte rows; in 16 MiB of 16-64-byte rows they ran 0.78-0.99x, hence the
-/// exception. That exception holds only where AVX-512 is (the Zen 4): on a Zen 3 (AVX2, no
-/// AVX-512, a 32 MiB L3), rows_direct against rows_prefetched in one process, interleaved, best
-/// of 60, unpacked 1-120-byte rows 64-512 B apart in 64 KiB, 1 MiB and 16 MiB of payload (26
-/// shapes) 0.94-1.42x as fast, median 1.08 (1- and 2-byte rows 512 B apart in 64 KiB 1.24-1.42x,
-/// 16-byte rows in 1 MiB 1.15-1.37x; 8-byte rows 64 B apart in 16 MiB 0.94x, 64-byte rows 256 B
-/// apart in 1 MiB 0.97x): without AVX-512 no row prefetches off Intel.
+/// tracking sequential lines, do not fetch ahead) over a typed span of 1 MiB or more (past half
+/// of a 2 MiB L2, where each written line waits for its read for ownership from the L3 or
+/// memory), written with ordinary stores. Packing, whose strided side is only read, gains
+/// nothing. Off Intel (tuned_as_intel() false), whose hardware prefetchers follow strides, only
+/// rows shorter than 128 bytes over a span of pack_program::streaming_bytes or more take it, and
+/// only on CPUs with AVX-512 (measured on a Zen 4; on a Zen 3 the plain loop was as fast or
+/// faster).
 inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len, bool stream_stores) {
     if (stream_stores || stride < 64 || stride <= len || n <= 2 * prefetch_batch) return false;
     const double span = static_cast<double>(n) * static_cast<double>(stride);
@@ -1104,9 +1025,7 @@ inline bool prefetch_pays(std::int64_t stride, std::int64_t n, std::int64_t len,
 
 /// rows_direct in batches of prefetch_batch rows, each batch copied after the lines of the next
 /// one are prefetched (with prefetch_row's Locality). rows() prefetches into every level on Intel
-/// and into the L2 elsewhere: on the EPYC (Zen 4), in bench-pack against prefetcht0 (3
-/// interleaved runs per flavour), unpacks of 16 MiB of 8-64-byte rows 64-512 bytes apart ran
-/// 0.95-1.38x as fast (median 1.23), of 1 MiB of 1-8-byte rows 512 bytes apart 1.07-1.21x.
+/// and into the L2 elsewhere, which ran faster on AMD.
 template <bool Pack, int Locality = 3>
 inline void rows_prefetched(std::byte* typed, std::byte* packed, std::int64_t stride, std::int64_t n, std::int64_t len,
                             bool streaming) {

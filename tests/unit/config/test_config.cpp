@@ -1,5 +1,4 @@
-// tests/interpose/test_config.cpp: the SHUNT_* registry's strict parsers, warnings and log formatting (no MPI).
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+// tests/unit/config/test_config.cpp: the SHUNT_* registry's strict parsers, warnings and log formatting (no MPI).
 #include <doctest/doctest.h>
 
 #include <shunt/config.hpp>
