@@ -291,7 +291,7 @@ bool has_root(func f) {
     return f == func::reduce || f == func::broadcast || f == func::gather || f == func::scatter || is_p2p(f);
 }
 
-red_spec resolve(const comm* c, ncclRedOp_t op, ncclDataType_t t) {
+red_spec resolve(const comm* c, ncclRedOp_t op, ncclDataType_t t) {  // both valid by now
     red_spec s;
     const double inv = 1.0 / c->nranks;
     switch (int(op)) {
@@ -330,25 +330,25 @@ red_spec resolve(const comm* c, ncclRedOp_t op, ncclDataType_t t) {
     return s;
 }
 
-ncclResult_t check_args(func fn, comm* c, const void* sendbuff, const void* recvbuff, size_t count, ncclDataType_t type,
-                        ncclRedOp_t op, int root) {
+ncclResult_t check_args(func fn, comm* c, const void* sendbuff, const void* recvbuff, size_t count,
+                        const ncclDataType_t& type_arg, const ncclRedOp_t& op_arg, int root) {
     const char* name = func_name(fn);
+    const int type = raw(type_arg), op = raw(op_arg);
     if (has_root(fn) && (root < 0 || root >= c->nranks))
         return fail(ncclInvalidArgument, "%s : invalid root %d (root should be in the 0..%d range)", name, root,
                     c->nranks);
-    if (int(type) < 0 || int(type) >= int(ncclNumTypes))
-        return fail(ncclInvalidArgument, "%s : invalid type %d", name, int(type));
-    if (int(op) < 0 || int(op) > int(ncclMaxRedOp))
-        return fail(ncclInvalidArgument, "%s : invalid reduction operation %d", name, int(op));
-    if (int(op) >= int(ncclNumOps)) {
+    if (type < 0 || type >= int(ncclNumTypes)) return fail(ncclInvalidArgument, "%s : invalid type %d", name, type);
+    if (op < 0 || op > int(ncclMaxRedOp))
+        return fail(ncclInvalidArgument, "%s : invalid reduction operation %d", name, op);
+    if (op >= int(ncclNumOps)) {
         const size_t ix = size_t(op) - ncclNumOps;
         if (ix >= c->user_ops.size() || !c->user_ops[ix].used)
-            return fail(ncclInvalidArgument, "%s : reduction operation %d unknown to this communicator", name, int(op));
-        if (c->user_ops[ix].type != type)
-            return fail(ncclInvalidArgument, "%s : reduction operation %d was made for type %d, not %d", name, int(op),
-                        int(c->user_ops[ix].type), int(type));
+            return fail(ncclInvalidArgument, "%s : reduction operation %d unknown to this communicator", name, op);
+        if (int(c->user_ops[ix].type) != type)
+            return fail(ncclInvalidArgument, "%s : reduction operation %d was made for type %d, not %d", name, op,
+                        int(c->user_ops[ix].type), type);
     }
-    const size_t size = type_size(type);
+    const size_t size = type_size(type_arg);
     const size_t blocks =
         fn == func::allreduce || fn == func::reduce || fn == func::broadcast || is_p2p(fn) ? 1 : size_t(c->nranks);
     if (count > size_t(PTRDIFF_MAX) / size / blocks)
@@ -367,14 +367,14 @@ ncclResult_t check_args(func fn, comm* c, const void* sendbuff, const void* recv
     }
     if (need_send && sendbuff == nullptr) return fail(ncclInvalidArgument, "%s : sendbuff argument is NULL", name);
     if (need_recv && recvbuff == nullptr) return fail(ncclInvalidArgument, "%s : recvbuff argument is NULL", name);
-    if (reduces(fn) && is_fp8(type))
+    if (reduces(fn) && is_fp8(type_arg))
         return fail(ncclInvalidArgument, "FP8 reduction support begins with sm90 capable devices.");
     return ncclSuccess;
 }
 
 // Every collective and point-to-point call: NCCL's ncclEnqueueCheck inside an implicit group.
-ncclResult_t enqueue(func fn, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type, ncclRedOp_t red,
-                     int root, ncclComm_t h) {
+ncclResult_t enqueue(func fn, const void* sendbuff, void* recvbuff, size_t count, const ncclDataType_t& type,
+                     const ncclRedOp_t& red, int root, ncclComm_t h) {
     comm* c = nullptr;
     ncclResult_t r = check_comm(h, func_name(fn), &c);
     if (r != ncclSuccess) {
@@ -396,7 +396,7 @@ ncclResult_t enqueue(func fn, const void* sendbuff, void* recvbuff, size_t count
         o->sendbuff = sendbuff;
         o->recvbuff = recvbuff;
         o->count = count;
-        o->type = type;
+        o->type = type;  // valid by now
         if (reduces(fn)) o->red = resolve(c, red, type);
         o->root = root;
         group.ops.push_back(std::move(o));
@@ -533,7 +533,8 @@ ncclResult_t run_split(comm* parent, comm* child, int color, int key, int split_
     child->nranks = int(members.size());
     child->rank = int(std::find(members.begin(), members.end(), parent->rank) - members.begin());
     child->nonce = mix(parent->nonce ^ mix(uint64_t(split_no) << 32 ^ uint32_t(color)));
-    const wait_limits w{child->timeout_s, &child->aborting, "ncclCommSplit"};
+    // The child is not the user's yet: aborting the parent is what ends this wait.
+    const wait_limits w{child->timeout_s, &parent->aborting, "ncclCommSplit"};
     std::vector<int> fds;
     r = connect_mesh(child->rank, child->nranks, child->nonce, lfd, table, w, &fds);
     close_fd(lfd);
@@ -566,7 +567,7 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclGetVersion, int* version) {
 }
 
 SHUNT_DOUBLE_API(const char*, ncclGetErrorString, ncclResult_t code) {
-    switch (code) {
+    switch (raw(code)) {
         case ncclSuccess: return "no error";
         case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
         case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
@@ -749,7 +750,7 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
         if (r == ncclSuccess) r = ensure_ready(c);
         if (r == ncclSuccess && c->finalize_called) r = fail(ncclInvalidArgument, "ncclCommFinalize : called twice");
         if (r != ncclSuccess) {
-            if (!c->blocking && c->magic == comm_magic) c->state.store(r);
+            if (c != nullptr && !c->blocking) c->state.store(r);  // as NCCL: the error becomes the state
             return r;
         }
         c->finalize_called = true;
@@ -762,12 +763,18 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
             std::lock_guard<std::mutex> lock(c->job_mu);
             c->job = handle;
         }
-        raw->thread = std::thread([c, raw] {
-            c->state.store(ncclSuccess);
+        try {
+            raw->thread = std::thread([c, raw] {
+                c->state.store(ncclSuccess);
+                std::lock_guard<std::mutex> lock(raw->m);
+                raw->done = true;
+                raw->cv.notify_all();
+            });
+        } catch (...) {
+            c->state.store(ncclSuccess);  // nothing was left to do
             std::lock_guard<std::mutex> lock(raw->m);
             raw->done = true;
-            raw->cv.notify_all();
-        });
+        }
         return ncclInProgress;
     });
 }
@@ -904,14 +911,15 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t* op, void* 
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm) {
     return guarded("ncclRedOpDestroy", [&]() -> ncclResult_t {
-        if (0 <= int(op) && int(op) < int(ncclNumOps))
+        const int v = raw(op);
+        if (0 <= v && v < int(ncclNumOps))
             return fail(ncclInvalidArgument, "ncclRedOpDestroy : operator is a NCCL builtin.");
-        if (int(op) < 0 || int(op) > int(ncclMaxRedOp))
+        if (v < 0 || v > int(ncclMaxRedOp))
             return fail(ncclInvalidArgument, "ncclRedOpDestroy :  operator is garbage.");
         shunt::test_double::comm* c = nullptr;
         ncclResult_t r = check_comm(comm, "ncclRedOpDestroy", &c);
         if (r != ncclSuccess) return r;
-        const size_t ix = size_t(op) - ncclNumOps;
+        const size_t ix = size_t(v) - ncclNumOps;
         if (ix >= c->user_ops.size() || !c->user_ops[ix].used)
             return fail(ncclInvalidArgument, "ncclRedOpDestroy : operator is unknown to this communicator.");
         c->user_ops[ix].used = false;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -214,6 +215,16 @@ struct comm {
     std::shared_ptr<group_job> job;
     uint64_t magic_end = comm_magic;
 };
+
+/// The int a C caller passed for an enum argument, read without loading it as the C++ enum (a value outside the
+/// enum's range, such as -1, is fine in C but undefined behaviour once loaded as a C++ enum).
+template <typename E>
+int raw(const E& e) {
+    static_assert(sizeof(E) == sizeof(int));
+    int v;
+    std::memcpy(&v, &e, sizeof v);
+    return v;
+}
 
 inline comm* as_comm(ncclComm_t c) { return reinterpret_cast<comm*>(c); }
 inline ncclComm_t as_handle(comm* c) { return reinterpret_cast<ncclComm_t>(c); }

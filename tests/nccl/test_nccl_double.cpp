@@ -299,7 +299,7 @@ void check_allgather(ncclComm_t c, size_t count, bool in_place, uint64_t salt) {
     for (size_t k = 0; k < recv.size(); ++k) recv[k] = input<Tr>(me, k, salt + 1);
     const S* sb = send.data();
     if (in_place) {
-        std::memcpy(recv.data() + size_t(me) * count, send.data(), count * sizeof(S));
+        std::copy_n(send.begin(), count, recv.begin() + ptrdiff_t(size_t(me) * count));
         sb = recv.data() + size_t(me) * count;
     }
     CHECK(ncclAllGather(sb, recv.data(), count, Tr::type, c, nullptr) == ncclSuccess);
@@ -333,7 +333,7 @@ void check_gather_scatter(ncclComm_t c, size_t count, int root, bool in_place, u
         for (size_t k = 0; k < recv.size(); ++k) recv[k] = input<Tr>(me, k, salt + 1);
         const S* sb = send.data();
         if (in_place && me == root) {
-            std::memcpy(recv.data() + size_t(me) * count, send.data(), count * sizeof(S));
+            std::copy_n(send.begin(), count, recv.begin() + ptrdiff_t(size_t(me) * count));
             sb = recv.data() + size_t(me) * count;
         }
         CHECK(ncclGather(sb, recv.data(), count, Tr::type, root, c, nullptr) == ncclSuccess);
@@ -364,7 +364,7 @@ TEST_CASE("library calls: version, error strings, argument errors without a comm
     CHECK(ncclGetVersion(nullptr) == ncclInvalidArgument);
     CHECK(std::string(ncclGetErrorString(ncclSuccess)) == "no error");
     CHECK(std::string(ncclGetErrorString(ncclInProgress)) == "NCCL operation in progress");
-    CHECK(std::string(ncclGetErrorString(ncclResult_t(99))) == "unknown result code");
+    CHECK(std::string(ncclGetErrorString(ncclNumResults)) == "unknown result code");
     CHECK(ncclGetUniqueId(nullptr) == ncclInvalidArgument);
 
     CHECK(ncclGroupEnd() == ncclInvalidUsage);
@@ -703,9 +703,8 @@ TEST_CASE("argument errors on a communicator") {
     std::vector<float> buf(16);
     float* b = buf.data();
     CHECK(ncclAllReduce(b, b, 4, ncclDataType_t(ncclNumTypes), ncclSum, c, nullptr) == ncclInvalidArgument);
-    CHECK(ncclAllReduce(b, b, 4, ncclDataType_t(-1), ncclSum, c, nullptr) == ncclInvalidArgument);
     CHECK(ncclAllReduce(b, b, 4, ncclFloat32, ncclRedOp_t(ncclNumOps), c, nullptr) == ncclInvalidArgument);
-    CHECK(ncclAllReduce(b, b, 4, ncclFloat32, ncclRedOp_t(-1), c, nullptr) == ncclInvalidArgument);
+    CHECK(ncclAllReduce(b, b, 4, ncclFloat32, ncclMaxRedOp, c, nullptr) == ncclInvalidArgument);
     CHECK(ncclReduce(b, b, 4, ncclFloat32, ncclSum, -1, c, nullptr) == ncclInvalidArgument);
     CHECK(ncclReduce(b, b, 4, ncclFloat32, ncclSum, n, c, nullptr) == ncclInvalidArgument);
     CHECK(std::string(ncclGetLastError(c)).find("invalid root") != std::string::npos);
