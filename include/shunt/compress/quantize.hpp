@@ -287,6 +287,44 @@ SHUNT_TARGET_AVX512 inline __m512i codes16(__m512 x, const block_scale& s, int q
     return _mm512_cvttps_epi32(r);
 }
 
+/// Stores the codes of elements i..i+count-1 (count at most 16; i even): int8 bytes, or int4
+/// nibble pairs ((even + 8) | (odd + 8) << 4).
+template <int Q>
+SHUNT_TARGET_AVX512 inline void store_codes16(std::byte* codes, std::int64_t i, __m512i c, std::int64_t count) {
+    if constexpr (Q == 127) {
+        const __m128i b = _mm512_cvtepi32_epi8(c);
+        if (count == 16)
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), b);
+        else
+            _mm_mask_storeu_epi8(codes + i, first_lanes(count), b);
+    } else {
+        // 16 bytes as 16-bit pairs (even | odd << 8), to (even | odd << 4), packed to 8 bytes.
+        const __m128i b16 = _mm512_cvtepi32_epi8(_mm512_add_epi32(c, _mm512_set1_epi32(8)));
+        const __m128i lo = _mm_and_si128(b16, _mm_set1_epi16(0x00ff));
+        const __m128i hi = _mm_srli_epi16(b16, 8);
+        const __m128i pairs = _mm_packus_epi16(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_setzero_si128());
+        if (count == 16)
+            _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), pairs);
+        else
+            _mm_mask_storeu_epi8(codes + i / 2, first_lanes((count + 1) / 2), pairs);
+    }
+}
+
+/// The codes of elements i..i+count-1 as int32 lanes (lanes past count 0 for int8, -8 for int4).
+template <int Q>
+SHUNT_TARGET_AVX512 inline __m512i load_codes16(const std::byte* codes, std::int64_t i, std::int64_t count) {
+    if constexpr (Q == 127) {
+        return _mm512_cvtepi8_epi32(count == 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i))
+                                                : _mm_maskz_loadu_epi8(first_lanes(count), codes + i));
+    } else {
+        const __m128i b8 = count == 16 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2))
+                                       : _mm_maskz_loadu_epi8(first_lanes((count + 1) / 2), codes + i / 2);
+        const __m128i lo = _mm_and_si128(b8, _mm_set1_epi8(0x0f));
+        const __m128i hi = _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi8(0x0f));
+        return _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(8));
+    }
+}
+
 template <int Q, class T>
 SHUNT_TARGET_AVX512 void quantize_avx512(const params& p, const T* in, std::int64_t n, std::byte* out,
                                          std::uint64_t step) {
@@ -316,24 +354,16 @@ SHUNT_TARGET_AVX512 void quantize_avx512(const params& p, const T* in, std::int6
             if (Q == 7 && ((last - first) & 1)) put_code<Q>(codes, last - 1, 0);
             continue;
         }
-        for (i = first; i < last; i += 16) {
-            const __mmask16 m = first_lanes(last - i);
+        for (i = first; i + 16 <= last; i += 16) {
             const __m512i idx =
                 _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(i))), iota);
-            const __m512i c = codes16(load16(in + i, m), s, Q, stochastic, idx, key);
-            if constexpr (Q == 127) {
-                _mm_mask_storeu_epi8(codes + i, m, _mm512_cvtepi32_epi8(c));
-            } else {
-                // 16 codes + 8 to 8 bytes of nibble pairs: 16-bit pairs (even | odd << 8) to
-                // (even | odd << 4).
-                const __m128i b16 = _mm512_cvtepi32_epi8(_mm512_add_epi32(c, _mm512_set1_epi32(8)));
-                const __m128i lo = _mm_and_si128(b16, _mm_set1_epi16(0x00ff));
-                const __m128i hi = _mm_srli_epi16(b16, 8);
-                const __m128i pairs = _mm_packus_epi16(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_setzero_si128());
-                const std::int64_t count = last - i < 16 ? last - i : 16;
-                const __mmask16 bytes = first_lanes((count + 1) / 2);
-                _mm_mask_storeu_epi8(codes + i / 2, bytes, pairs);
-            }
+            store_codes16<Q>(codes, i, codes16(load16(in + i), s, Q, stochastic, idx, key), 16);
+        }
+        if (i < last) {
+            const __m512i idx =
+                _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(static_cast<std::uint32_t>(i))), iota);
+            store_codes16<Q>(codes, i, codes16(load16(in + i, first_lanes(last - i)), s, Q, stochastic, idx, key),
+                             last - i);
         }
     }
 }
@@ -347,19 +377,18 @@ SHUNT_TARGET_AVX512 void dequantize_avx512(const params& p, const std::byte* in,
         std::memcpy(&scale, in + 4 * b, 4);
         const __m512 sv = _mm512_set1_ps(scale);
         const std::int64_t first = b * p.block, last = first + p.block < n ? first + p.block : n;
-        for (std::int64_t i = first; i < last; i += 16) {
-            const __mmask16 m = first_lanes(last - i);
-            __m512i c;
-            if constexpr (Q == 127) {
-                c = _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, codes + i));
-            } else {
-                const std::int64_t count = last - i < 16 ? last - i : 16;
-                const __m128i b8 = _mm_maskz_loadu_epi8(first_lanes((count + 1) / 2), codes + i / 2);
-                const __m128i lo = _mm_and_si128(b8, _mm_set1_epi8(0x0f));
-                const __m128i hi = _mm_and_si128(_mm_srli_epi16(b8, 4), _mm_set1_epi8(0x0f));
-                c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), _mm512_set1_epi32(8));
+        std::int64_t i = first;
+        for (; i + 16 <= last; i += 16) {
+            __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(load_codes16<Q>(codes, i, 16)), sv);
+            if (Add) {
+                keep(x);
+                x = _mm512_add_ps(_mm512_loadu_ps(out + i), x);
             }
-            __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(c), sv);
+            _mm512_storeu_ps(out + i, x);
+        }
+        if (i < last) {
+            const __mmask16 m = first_lanes(last - i);
+            __m512 x = _mm512_mul_ps(_mm512_cvtepi32_ps(load_codes16<Q>(codes, i, last - i)), sv);
             if (Add) {
                 keep(x);
                 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, out + i), x);

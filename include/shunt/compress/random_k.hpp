@@ -157,32 +157,6 @@ SHUNT_TARGET_AVX512 void random_k_avx512(const params& p, const T* in, std::int6
     for (; i < k; ++i) out[i] = widen(in[random_index(i, p.stride, n, key)]);
 }
 
-template <bool Add>
-SHUNT_TARGET_AVX512 void random_k_scatter_avx512(const params& p, const float* in, std::int64_t n, float* out,
-                                                 std::uint64_t step) {
-    const std::int64_t k = kept(p, n), full = n / p.stride;
-    const std::uint32_t key = draw_key(p.seed, step, purpose::indices);
-    if (!Add) std::memset(out, 0, static_cast<std::size_t>(n) * 4);
-    std::int64_t i = 0;
-    for (; i + 16 <= full && i + 16 <= k; i += 16) {
-        __m512i lo, hi;
-        random_index16(i, p.stride, key, lo, hi);
-        __m256 a = _mm256_loadu_ps(in + i), b = _mm256_loadu_ps(in + i + 8);
-        if (Add) {  // the indices are distinct: gather, add, scatter
-            a = _mm256_add_ps(_mm512_i64gather_ps(lo, out, 4), a);
-            b = _mm256_add_ps(_mm512_i64gather_ps(hi, out, 4), b);
-        }
-        _mm512_i64scatter_ps(out, lo, a, 4);
-        _mm512_i64scatter_ps(out, hi, b, 4);
-    }
-    for (; i < k; ++i) {
-        const std::int64_t t = random_index(i, p.stride, n, key);
-        if (Add)
-            out[t] += in[i];
-        else
-            out[t] = in[i];
-    }
-}
 #endif
 
 }  // namespace detail
@@ -210,8 +184,8 @@ void random_k_expand(const params& p, const float* in, std::int64_t n, float* ou
     check_count(p, n);
     path = usable(path);
 #if SHUNT_COMPRESS_X86
-    if (path == isa::avx512) return detail::random_k_scatter_avx512<Add>(p, in, n, out, step);
-    if (path == isa::avx2) return detail::random_k_scatter_avx2<Add>(p, in, n, out, step);
+    // AVX-512's scatters were slower than single stores (Zen 5): both paths take AVX2's.
+    if (path >= isa::avx2) return detail::random_k_scatter_avx2<Add>(p, in, n, out, step);
 #endif
     detail::random_k_scatter_scalar<Add>(p, in, n, out, step);
 }

@@ -134,8 +134,15 @@ SHUNT_TARGET_AVX512 void sign_avx512(const params& p, const T* in, std::int64_t 
     for (std::int64_t b = 0; b < nb; ++b) {
         const std::int64_t first = b * p.block, last = first + p.block < n ? first + p.block : n;
         __m512 acc = _mm512_setzero_ps();
-        for (std::int64_t i = first; i < last; i += 16) {
-            const std::int64_t count = last - i < 16 ? last - i : 16;
+        std::int64_t i = first;
+        for (; i + 16 <= last; i += 16) {
+            const __m512 x = load16(in + i);
+            acc = _mm512_add_ps(acc, _mm512_and_ps(x, abs_mask));
+            const auto set = static_cast<std::uint16_t>(~_mm512_movepi32_mask(_mm512_castps_si512(x)));
+            std::memcpy(bits + i / 8, &set, 2);
+        }
+        if (i < last) {
+            const std::int64_t count = last - i;
             const __mmask16 m = first_lanes(count);
             const __m512 x = load16(in + i, m);
             acc = _mm512_add_ps(acc, _mm512_and_ps(x, abs_mask));
@@ -159,8 +166,16 @@ SHUNT_TARGET_AVX512 void unsign_avx512(const params& p, const std::byte* in, std
         std::memcpy(&scale, in + 4 * b, 4);
         const __m512 plus = _mm512_set1_ps(scale), minus = _mm512_set1_ps(-scale);
         const std::int64_t first = b * p.block, last = first + p.block < n ? first + p.block : n;
-        for (std::int64_t i = first; i < last; i += 16) {
-            const std::int64_t count = last - i < 16 ? last - i : 16;
+        std::int64_t i = first;
+        for (; i + 16 <= last; i += 16) {
+            std::uint16_t set;
+            std::memcpy(&set, bits + i / 8, 2);
+            __m512 x = _mm512_mask_blend_ps(static_cast<__mmask16>(set), minus, plus);
+            if (Add) x = _mm512_add_ps(_mm512_loadu_ps(out + i), x);
+            _mm512_storeu_ps(out + i, x);
+        }
+        if (i < last) {
+            const std::int64_t count = last - i;
             const __mmask16 m = first_lanes(count);
             const auto set = static_cast<__mmask16>(bits[i / 8] | (count > 8 ? bits[i / 8 + 1] << 8 : 0));
             __m512 x = _mm512_mask_blend_ps(set, minus, plus);

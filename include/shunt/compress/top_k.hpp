@@ -281,25 +281,6 @@ void top_k_expand_scalar(const std::byte* in, std::int64_t n, std::int64_t k, fl
     }
 }
 
-#if SHUNT_COMPRESS_X86
-template <bool Add>
-SHUNT_TARGET_AVX512 void top_k_expand_avx512(const std::byte* in, std::int64_t n, std::int64_t k, float* out) {
-    if (!Add) std::memset(out, 0, static_cast<std::size_t>(n) * 4);
-    const std::byte* values = in + 4 * k;
-    const __m512i limit = _mm512_set1_epi64(n);
-    for (std::int64_t i = 0; i < k; i += 8) {
-        const auto m8 = static_cast<__mmask8>(k - i >= 8 ? 0xff : (1u << (k - i)) - 1u);
-        const __m512i idx = _mm512_cvtepu32_epi64(_mm256_maskz_loadu_epi32(m8, in + 4 * i));
-        const __mmask8 ok = _mm512_mask_cmplt_epi64_mask(m8, idx, limit);
-        __m256 v = _mm256_maskz_loadu_ps(m8, values + 4 * i);
-        // Distinct indices (as compress writes them): gather, add, scatter is exact. A corrupt
-        // form with repeated indices adds one of the repeats: never a crash.
-        if (Add) v = _mm256_add_ps(_mm512_mask_i64gather_ps(_mm256_setzero_ps(), ok, idx, out, 4), v);
-        _mm512_mask_i64scatter_ps(out, ok, idx, v, 4);
-    }
-}
-#endif
-
 }  // namespace detail
 
 /// The k = kept(p, n) elements of `in` of largest magnitude (ties to the lower index; NaN above
@@ -324,12 +305,9 @@ void top_k(const params& p, const T* in, std::int64_t n, std::byte* out, isa pat
 template <bool Add>
 void top_k_expand(const params& p, const std::byte* in, std::int64_t n, float* out, isa path = active_isa()) {
     check_count(p, n);
-    const std::int64_t k = kept(p, n);
-    path = usable(path);
-#if SHUNT_COMPRESS_X86
-    if (path == isa::avx512) return detail::top_k_expand_avx512<Add>(in, n, k, out);
-#endif
-    detail::top_k_expand_scalar<Add>(in, n, k, out);
+    // One path: k scattered stores, where AVX-512's scatters were slower (Zen 5).
+    (void)path;
+    detail::top_k_expand_scalar<Add>(in, n, kept(p, n), out);
 }
 
 }  // namespace shunt::compress
