@@ -20,28 +20,6 @@ SHUNT_SIMD_BEGIN
 namespace shunt::compress {
 namespace detail {
 
-/// What a block's codes are computed with: codes = round(x * pre * inv), scale stored.
-struct block_scale {
-    float scale = 0;  ///< stored: amax / Q, 0 for a zero block, NaN for a non-finite block
-    float pre = 1;  ///< 1, or 2^64 for a block of tiny values
-    float inv = 0;  ///< Q / (amax * pre); 0 when every code is 0
-};
-
-/// The scale of a block from the bits of its largest magnitude.
-inline block_scale scale_of(std::uint32_t amax_bits, int q) {
-    block_scale s;
-    if (amax_bits >= inf_bits) {
-        s.scale = float_of(nan_bits);
-        return s;
-    }
-    if (amax_bits == 0) return s;
-    const float amax = float_of(amax_bits);
-    s.pre = amax < 0x1p-60f ? 0x1p64f : 1.0f;
-    s.inv = static_cast<float>(q) / (amax * s.pre);
-    s.scale = amax / static_cast<float>(q);
-    return s;
-}
-
 /// The code of one value: v = x * pre * inv rounded (nearest even, or down after adding the
 /// draw u), clamped to [-q, q].
 inline int code_of(float x, const block_scale& s, int q, bool stochastic, float u) {
