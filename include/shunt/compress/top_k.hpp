@@ -12,7 +12,6 @@
 #include <array>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 SHUNT_SIMD_BEGIN
 
@@ -69,15 +68,15 @@ SHUNT_TARGET_AVX2 void top_k_histogram_avx2(const T* in, std::int64_t n, int r, 
     const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
     std::int64_t i = 0;
     if (r == 0 && n >= 8192) {
-        std::vector<std::int64_t> extra(3 * 2048, 0);
-        std::int64_t* hs[4] = {h, extra.data(), extra.data() + 2048, extra.data() + 4096};
+        // Four 32-bit histograms on the stack (none is given more than n / 4 < 2^30 keys), no allocation.
+        std::uint32_t hs[4][2048] = {};
         alignas(32) std::uint32_t b[8];
         for (; i + 8 <= n; i += 8) {
             const __m256i k = _mm256_and_si256(_mm256_castps_si256(load8(in + i)), abs_mask);
             _mm256_store_si256(reinterpret_cast<__m256i*>(b), _mm256_srli_epi32(k, 20));
             for (int l = 0; l < 8; ++l) ++hs[l & 3][b[l]];
         }
-        for (int j = 1; j < 4; ++j)
+        for (int j = 0; j < 4; ++j)
             for (std::uint32_t x = 0; x < 2048; ++x) h[x] += hs[j][x];
     } else if (r > 0) {
         const __m256i want = _mm256_set1_epi32(static_cast<int>(prefix));
@@ -102,15 +101,15 @@ SHUNT_TARGET_AVX512 void top_k_histogram_avx512(const T* in, std::int64_t n, int
     const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
     std::int64_t i = 0;
     if (r == 0 && n >= 8192) {
-        std::vector<std::int64_t> extra(3 * 2048, 0);
-        std::int64_t* hs[4] = {h, extra.data(), extra.data() + 2048, extra.data() + 4096};
+        // Four 32-bit histograms on the stack (none is given more than n / 4 < 2^30 keys), no allocation.
+        std::uint32_t hs[4][2048] = {};
         alignas(64) std::uint32_t b[16];
         for (; i + 16 <= n; i += 16) {
             const __m512i k = _mm512_and_si512(_mm512_castps_si512(load16(in + i)), abs_mask);
             _mm512_store_si512(b, _mm512_srli_epi32(k, 20));
             for (int l = 0; l < 16; ++l) ++hs[l & 3][b[l]];
         }
-        for (int j = 1; j < 4; ++j)
+        for (int j = 0; j < 4; ++j)
             for (std::uint32_t x = 0; x < 2048; ++x) h[x] += hs[j][x];
     } else if (r > 0) {
         const __m512i want = _mm512_set1_epi32(static_cast<int>(prefix));
