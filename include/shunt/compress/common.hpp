@@ -198,9 +198,12 @@ constexpr bool needs_error_feedback(method m) {
     return m == method::sign || m == method::top_k || m == method::random_k;
 }
 
+/// The most elements any compressor takes (2^50: sizes in bytes stay far from overflowing).
+inline constexpr std::int64_t max_count = std::int64_t{1} << 50;
+
 /// True when `n` elements fit the method's format (top_k's 32-bit indices, random_k's draws).
 constexpr bool fits(const params& p, std::int64_t n) {
-    if (n < 0) return false;
+    if (n < 0 || n > max_count) return false;
     if (p.kind == method::top_k) return n <= max_indexed;
     if (p.kind == method::random_k) return kept(p, n) <= max_indexed;
     return true;
@@ -212,7 +215,7 @@ inline void check_count(const params& p, std::int64_t n) {
     validate(p);
     if (!fits(p, n))
         throw unsupported("compress: " + std::string(to_string(p.kind)) + " cannot hold " + std::to_string(n) +
-                          " elements (32-bit indices)");
+                          " elements");
 }
 
 namespace detail {

@@ -101,6 +101,8 @@ TEST_CASE("compress: parameters and counts are checked") {
     CHECK(fits(p, std::int64_t{1} << 33));
     p.kind = method::int8;
     CHECK(fits(p, std::int64_t{1} << 40));
+    CHECK_FALSE(fits(p, std::numeric_limits<std::int64_t>::max()));  // no size overflows
+    CHECK_THROWS_AS(check_count(p, std::numeric_limits<std::int64_t>::max()), shunt::unsupported);
 }
 
 TEST_CASE("compress: summable forms, schemes and names") {
