@@ -52,19 +52,28 @@ SHUNT_TARGET_AVX2 void combine_16_avx2(const std::uint16_t* in, std::uint16_t* i
     combine_16_scalar<Half>(in + i, inout + i, n - i);
 }
 
+/// The sum of 16 halves of each (lanes outside `m` read nothing), rounded back to 16 bits.
+template <bool Half>
+SHUNT_TARGET_AVX512 inline __m256i sum16(const std::uint16_t* a, const std::uint16_t* b, __mmask16 m) {
+    if constexpr (Half) {
+        const __m512 s =
+            _mm512_add_ps(load16(reinterpret_cast<const f16*>(a), m), load16(reinterpret_cast<const f16*>(b), m));
+        return _mm512_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    } else {
+        const __m512 s =
+            _mm512_add_ps(load16(reinterpret_cast<const bf16*>(a), m), load16(reinterpret_cast<const bf16*>(b), m));
+        return to_bf16_16(s);
+    }
+}
+
 template <bool Half>
 SHUNT_TARGET_AVX512 void combine_16_avx512(const std::uint16_t* in, std::uint16_t* inout, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; i += 16) {
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16)  // whole vectors unmasked, the tail masked
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(inout + i), sum16<Half>(in + i, inout + i, 0xffff));
+    if (i < n) {
         const __mmask16 m = first_lanes(n - i);
-        if constexpr (Half) {
-            const __m512 s = _mm512_add_ps(load16(reinterpret_cast<const f16*>(in + i), m),
-                                           load16(reinterpret_cast<const f16*>(inout + i), m));
-            _mm256_mask_storeu_epi16(inout + i, m, _mm512_cvtps_ph(s, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        } else {
-            const __m512 s = _mm512_add_ps(load16(reinterpret_cast<const bf16*>(in + i), m),
-                                           load16(reinterpret_cast<const bf16*>(inout + i), m));
-            _mm256_mask_storeu_epi16(inout + i, m, to_bf16_16(s));
-        }
+        _mm256_mask_storeu_epi16(inout + i, m, sum16<Half>(in + i, inout + i, m));
     }
 }
 
@@ -76,7 +85,10 @@ SHUNT_TARGET_AVX2 inline void combine_f32_avx2(const float* in, float* inout, st
 }
 
 SHUNT_TARGET_AVX512 inline void combine_f32_avx512(const float* in, float* inout, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; i += 16) {
+    std::int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(inout + i, _mm512_add_ps(_mm512_loadu_ps(inout + i), _mm512_loadu_ps(in + i)));
+    if (i < n) {
         const __mmask16 m = first_lanes(n - i);
         _mm512_mask_storeu_ps(inout + i, m,
                               _mm512_add_ps(_mm512_maskz_loadu_ps(m, inout + i), _mm512_maskz_loadu_ps(m, in + i)));
