@@ -1,7 +1,7 @@
-// shunt-measure: measures this machine's cost model tables (packing, copies, point-to-point per
-// locality level, collectives per algorithm on this job's topology, and with a CUDA device the
-// device copies, kernel launch and device packing) and writes the model file; also validates
-// predictions and decisions.
+// shunt-measure: measures this machine's cost model tables (packing, copies, the host compressors,
+// point-to-point per locality level, collectives per algorithm on this job's topology, and with a
+// CUDA device the device copies, kernel launch and device packing) and writes the model file; also
+// validates predictions and decisions.
 #include <shunt/collectives/allgather.hpp>
 #include <shunt/collectives/allreduce.hpp>
 #include <shunt/collectives/alltoall.hpp>
@@ -13,6 +13,7 @@
 #include <shunt/gpu/pack.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/measure.hpp>
+#include <shunt/model/measure_compress.hpp>
 #include <shunt/model/measure_device.hpp>
 #include <shunt/model/stats.hpp>
 #include <shunt/plan/collective.hpp>
@@ -62,13 +63,14 @@ constexpr const char* usage_text =
     "point-to-point and collective tables as rank 0 measured them); SHUNT_MODEL or --output name one\n"
     "file, which rank 0 writes. Where a CUDA device is present, the device tables (copy.h2d, copy.d2h,\n"
     "copy.d2d, launch, pack.device.b<L>, pack.mapped.b<L>) are measured too, on the current device.\n"
+    "The host compressors' tables (compress.<method>.cpu.<encode|decode|combine>) are node tables.\n"
     "  --quick            few sizes and short trials (default; under a minute on 2 cores)\n"
     "  --full             all sizes and block lengths, longer trials\n"
     "  --budget SECONDS   stop starting new tables after this long (what is done is saved)\n"
     "  --output FILE      write the model here instead\n"
     "  --only PREFIX      measure only the tables whose names start with PREFIX (repeatable; e.g.\n"
-    "                     copy. pack. pack.device p2p. coll.allreduce launch; --dry-run lists the\n"
-    "                     names)\n"
+    "                     copy. pack. pack.device p2p. coll.allreduce launch compress compress.int8;\n"
+    "                     --dry-run lists the names)\n"
     "  --force            measure the tables again, replacing the file's: with --only, the selected\n"
     "                     ones (the file's other tables are kept); without, all (a new file)\n"
     "  --validate         measure held-out sizes and report each table's prediction error\n"
@@ -323,6 +325,13 @@ std::vector<task> plan_tasks(const options& o, int node_peer, int network_peer, 
                 tasks.push_back({table_names::pack(library, unpack, l), false,
                                  [=] { return measure_pack(library, unpack, l, sizes, pol); }, std::nullopt});
             }
+    // The host compressors (compress.<method>.cpu.<stage>), with their default parameters; sizes
+    // are the tensor's float32 bytes.
+    const auto compress_sizes = o.full ? geometric_sizes(4 << 10, 64 << 20, 4) : geometric_sizes(4 << 10, 4 << 20, 4);
+    for (const compress::method m : compress::all_methods)
+        for (const compress_stage s : compress_stages(m))
+            tasks.push_back({compress_table(m, false, s), false,
+                             [=] { return measure_compress(m, s, compress_sizes, pol); }, std::nullopt});
     if (device) {
         // The device's node tables: copies through pinned memory, the bare launch (over as many
         // threads as `size`), and the pack kernels on the host pack tables' layouts and sizes.
@@ -388,7 +397,7 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
     struct group {
         std::vector<double> held, drift, same_pass;
     };
-    group pack, p2p, coll, device;
+    group pack, p2p, coll, device, compressors;
     for (const auto& t : tasks) {
         const time_table* tbl = m.find(t.name);
         int have = tbl != nullptr;
@@ -416,6 +425,8 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "shunt-measure: warning: %s not validated: %s\n", t.name.c_str(), e.what());
             }
+        } else if (rank == 0 && t.name.starts_with("compress.")) {
+            measured = measure_compress_table(t.name, sizes, pol);
         } else if (rank == 0) {
             if (t.name == "copy.memcpy") {
                 measured = measure_memcpy(sizes, pol);
@@ -439,7 +450,11 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
         if (errs.empty()) continue;
         const auto drift = errors_against(*tbl, anchor_points);
         const auto same = errors_against(time_table(anchor_points), held_points);
-        auto& g = t.device ? device : t.name.rfind("p2p.", 0) == 0 ? p2p : t.name.rfind("coll.", 0) == 0 ? coll : pack;
+        auto& g = t.device                            ? device
+                  : t.name.rfind("p2p.", 0) == 0      ? p2p
+                  : t.name.rfind("coll.", 0) == 0     ? coll
+                  : t.name.rfind("compress.", 0) == 0 ? compressors
+                                                      : pack;
         g.held.insert(g.held.end(), errs.begin(), errs.end());
         g.drift.insert(g.drift.end(), drift.begin(), drift.end());
         g.same_pass.insert(g.same_pass.end(), same.begin(), same.end());
@@ -456,6 +471,7 @@ void validate(const cost_model& m, const std::vector<task>& tasks, const options
     };
     summary("pack+copy", pack);
     summary("device", device);
+    summary("compress", compressors);
     summary("p2p", p2p);
     summary("collectives", coll);
 }

@@ -30,7 +30,10 @@ namespace shunt {
 ///                                                           its stream synchronisation (serves unpacking too)
 ///   p2p.<package|node|network>.<hh|hd|dh|dd>                point-to-point ping-pong half round trip
 ///   coll.<op>.<algorithm>.<level>                           one collective algorithm at one level
-///   compress.<name>.<cpu|gpu>                               compressor throughput
+///   compress.<name>.<cpu|gpu>.<encode|decode|combine>       a compressor (model/compress.hpp): compress,
+///                                                           decompress-and-accumulate, or the sum of two
+///                                                           compressed forms, with its default parameters;
+///                                                           `size` is the tensor's float32 bytes
 namespace table_names {
 inline std::string pack(bool library, bool unpack, std::int64_t block_len) {
     return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" +
@@ -48,6 +51,10 @@ inline bool is_host_pack(std::string_view name) {
 }
 inline std::string p2p(std::string_view level, std::string_view buffers) {
     return "p2p." + std::string(level) + "." + std::string(buffers);
+}
+/// compress.<method>.<cpu|gpu>.<stage>, the method as compress::to_string names it.
+inline std::string compress(std::string_view method, bool device, std::string_view stage) {
+    return "compress." + std::string(method) + (device ? ".gpu." : ".cpu.") + std::string(stage);
 }
 }  // namespace table_names
 
@@ -77,6 +84,23 @@ struct analytic_params {
         double latency_s, bytes_per_s;
     };
     level package{0.4e-6, 8e9}, node{0.8e-6, 5e9}, network{25e-6, 1.25e8};
+    /// A compressor on the host: float32 bytes of the tensor per second when compressing,
+    /// decompressing-and-accumulating and combining two compressed forms (the summable ones),
+    /// with its default parameters, memory-bound (tensors beyond the caches), and its fixed cost.
+    struct compressor {
+        std::string_view name;
+        double encode_bytes_per_s, decode_bytes_per_s, combine_bytes_per_s;
+    };
+    std::array<compressor, 7> compressors{{{"fp16", 8e9, 8e9, 8e9},
+                                           {"bf16", 5e9, 8e9, 4e9},
+                                           {"int8", 5e9, 8e9, 0},
+                                           {"int4", 4e9, 6e9, 0},
+                                           {"randomk", 20e9, 8e9, 100e9},
+                                           {"topk", 1e9, 8e9, 0},
+                                           {"sign", 5e9, 6e9, 0}}};
+    double compress_call_s = 0.2e-6;
+    /// On the device, as a fraction of device_bytes_per_s (top-k: a tenth; the others half).
+    double device_compress_share = 0.5, device_top_k_share = 0.1;
 };
 
 /// Who a model belongs to: a model measured elsewhere is foreign and not used.
@@ -164,6 +188,7 @@ public:
         if (starts("copy.d2d")) return p.launch_s + size / p.device_bytes_per_s;
         if (starts("copy.")) return p.pcie_latency_s + size / p.pcie_bytes_per_s;
         if (starts("launch")) return p.launch_s;
+        if (starts("compress.")) return analytic_compress(name, size);
         if (starts("pack.device.") || starts("pack.mapped."))
             return analytic_device_pack(starts("pack.mapped."), pack_block_len(name), size);
         if (starts("pack.") || starts("unpack.")) {
@@ -181,6 +206,30 @@ public:
                 if (c == 'd') t += p.pcie_latency_s + size / p.pcie_bytes_per_s;
         }
         return t;
+    }
+
+    /// The analytic time of compress.<method>.<cpu|gpu>.<stage> over `size` float32 bytes: the
+    /// fixed cost (a launch on the device) plus the bytes at the method's rate; an unknown
+    /// method or stage (or combine of a form that does not sum) at the slowest host rate.
+    double analytic_compress(std::string_view name, double size) const {
+        const auto& p = params_;
+        const std::string_view rest = name.substr(name.find('.') + 1);
+        const std::string_view method = rest.substr(0, rest.find('.'));
+        const bool device = rest.find(".gpu.") != std::string_view::npos;
+        const std::string_view stage = rest.substr(rest.rfind('.') + 1);
+        if (device) {
+            const double share = method == "topk" ? p.device_top_k_share : p.device_compress_share;
+            return p.launch_s + size / (share * p.device_bytes_per_s);
+        }
+        double rate = 1e9;
+        for (const auto& c : p.compressors)
+            if (c.name == method) {
+                const double r = stage == "encode"   ? c.encode_bytes_per_s
+                                 : stage == "decode" ? c.decode_bytes_per_s
+                                                     : c.combine_bytes_per_s;
+                if (r > 0) rate = r;
+            }
+        return p.compress_call_s + size / rate;
     }
 
     /// The analytic pack time: call + blocks * per_block + bytes / memory bandwidth.
