@@ -54,6 +54,8 @@ private:
 /// the library; the library's return code is returned unchanged. Thread-safe under
 /// MPI_THREAD_MULTIPLE. Never destroyed: shims may run during static destruction, and requests
 /// may complete during exit.
+class nccl_executor;
+
 class runtime {
 public:
     /// The runtime, or nullptr when SHUNT_DISABLE is set (pure pass-through) or it could not be
@@ -79,6 +81,9 @@ public:
     const planner& pack_planner() const noexcept { return planner_; }
     device_support& devices() noexcept { return devices_; }
     coll_executor& collectives() noexcept { return colls_; }
+    /// The NCCL executor, made on the first NCCL call (nccl.cpp, where NCCL's header is found);
+    /// nullptr without memory.
+    nccl_executor* nccl() noexcept;
 
     /// True between MPI_Init (however MPI was started) and MPI_Finalize.
     bool running() noexcept {
@@ -162,6 +167,7 @@ private:
     p2p_executor p2p_{*this};
     coll_executor colls_{*this};
     fused_executor fused_{*this};
+    std::atomic<nccl_executor*> nccl_{nullptr};  ///< never deleted, as the runtime
 };
 
 }  // namespace shunt::detail

@@ -70,6 +70,10 @@ enum class pack_choice : std::uint8_t { automatic, library, host, device, one_sh
 /// floating-point reductions measured in the run too (their bits then may differ run to run).
 enum class coll_choice : std::uint8_t { automatic, library, shunt, measure };
 
+/// SHUNT_NCCL: who runs the NCCL collectives shunt intercepts. `auto` takes shunt's hierarchical
+/// schedule only where measured nccl.* tables say it is faster (shunt/plan/nccl.hpp).
+enum class nccl_choice : std::uint8_t { automatic, library, shunt };
+
 namespace detail {
 
 /// ASCII lower-case; the registry's keywords are matched case-insensitively.
@@ -103,6 +107,12 @@ struct choice_names<pack_choice> {
          {"one-shot", pack_choice::one_shot},
          {"staged", pack_choice::staged},
          {"model", pack_choice::model}}};
+};
+
+template <>
+struct choice_names<nccl_choice> {
+    static constexpr std::array<std::pair<std::string_view, nccl_choice>, 3> values = {
+        {{"auto", nccl_choice::automatic}, {"library", nccl_choice::library}, {"shunt", nccl_choice::shunt}}};
 };
 
 template <>
@@ -276,6 +286,7 @@ struct log_kind {
 using report_kind = choice_kind<report_mode>;
 using pack_kind = choice_kind<pack_choice>;
 using coll_kind = choice_kind<coll_choice>;
+using nccl_kind = choice_kind<nccl_choice>;
 
 }  // namespace detail
 }  // namespace shunt
@@ -283,37 +294,41 @@ using coll_kind = choice_kind<coll_choice>;
 /// The registry: X(field, "SHUNT_NAME", kind, "default text", "one line of documentation").
 /// Adding a variable is one entry here; it then appears in shunt::settings, shunt-info --config,
 /// the strict parser and the unknown-variable check.
-#define SHUNT_CONFIG_VARIABLES(X)                                                                        \
-    X(disable, "SHUNT_DISABLE", ::shunt::detail::flag_kind, "0",                                         \
-      "1 makes shunt a pure pass-through: every intercepted call goes straight to the MPI library")      \
-    X(log, "SHUNT_LOG", ::shunt::detail::log_kind, "warn",                                               \
-      "what shunt writes to stderr: a level (e.g. info), LEVEL:CATEGORIES (e.g. debug:type,pack), "      \
-      "or CATEGORIES alone at level debug (e.g. decide)")                                                \
-    X(log_file, "SHUNT_LOG_FILE", ::shunt::detail::text_kind, "",                                        \
-      "append shunt's messages (log, warnings, report) to this file instead of stderr")                  \
-    X(report, "SHUNT_REPORT", ::shunt::detail::report_kind, "off",                                       \
-      "at MPI_Finalize print shunt's counters: rank = one line per rank, summary = one table by rank 0") \
-    X(pack, "SHUNT_PACK", ::shunt::detail::pack_kind, "auto",                                            \
-      "who packs non-contiguous data in MPI_Pack/MPI_Unpack and point-to-point calls: auto = the cost "  \
-      "model decides per call (MPI_Pack/MPI_Unpack measuring both packers on the first calls of each "   \
-      "layout), model = auto without that measuring, library = always the MPI library, host = "          \
-      "shunt's host packer whenever the type is supported; device, one-shot, staged = that method for "  \
-      "device buffers (pack on the device for a CUDA-aware MPI, pack into mapped pinned memory, pack "   \
-      "then copy to pinned memory)")                                                                     \
-    X(cuda_aware, "SHUNT_CUDA_AWARE", ::shunt::detail::flag_kind, "0",                                   \
-      "1: the MPI library accepts device pointers (overrides MPIX_Query_cuda_support where the MPI "     \
-      "has it); 0 and unset without that query: device buffers are staged through host memory")          \
-    X(coll, "SHUNT_COLL", ::shunt::detail::coll_kind, "auto",                                            \
-      "who runs MPI_Allreduce, _Reduce, _Reduce_scatter(_block), _Allgather(v), _Bcast and _Alltoall: "  \
-      "auto = the cost model decides per operation and size (measuring both on first use, except "       \
-      "floating-point reductions, decided from the model alone so that their bits are the same in "      \
-      "every run), measure = auto measuring floating-point reductions too, library = always the MPI "    \
-      "library, shunt = shunt's hierarchical schedule wherever it applies")                              \
-    X(model, "SHUNT_MODEL", ::shunt::detail::text_kind, "",                                              \
-      "the cost model file written by shunt-measure (unset: $XDG_CACHE_HOME/shunt/model-HOST-MPI.json, " \
-      "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                    \
-    X(topology, "SHUNT_TOPOLOGY", ::shunt::detail::text_kind, "",                                        \
-      "a virtual topology that overrides the discovered levels (testing on one machine); "               \
+#define SHUNT_CONFIG_VARIABLES(X)                                                                          \
+    X(disable, "SHUNT_DISABLE", ::shunt::detail::flag_kind, "0",                                           \
+      "1 makes shunt a pure pass-through: every intercepted call goes straight to the MPI library")        \
+    X(log, "SHUNT_LOG", ::shunt::detail::log_kind, "warn",                                                 \
+      "what shunt writes to stderr: a level (e.g. info), LEVEL:CATEGORIES (e.g. debug:type,pack), "        \
+      "or CATEGORIES alone at level debug (e.g. decide)")                                                  \
+    X(log_file, "SHUNT_LOG_FILE", ::shunt::detail::text_kind, "",                                          \
+      "append shunt's messages (log, warnings, report) to this file instead of stderr")                    \
+    X(report, "SHUNT_REPORT", ::shunt::detail::report_kind, "off",                                         \
+      "at MPI_Finalize print shunt's counters: rank = one line per rank, summary = one table by rank 0")   \
+    X(pack, "SHUNT_PACK", ::shunt::detail::pack_kind, "auto",                                              \
+      "who packs non-contiguous data in MPI_Pack/MPI_Unpack and point-to-point calls: auto = the cost "    \
+      "model decides per call (MPI_Pack/MPI_Unpack measuring both packers on the first calls of each "     \
+      "layout), model = auto without that measuring, library = always the MPI library, host = "            \
+      "shunt's host packer whenever the type is supported; device, one-shot, staged = that method for "    \
+      "device buffers (pack on the device for a CUDA-aware MPI, pack into mapped pinned memory, pack "     \
+      "then copy to pinned memory)")                                                                       \
+    X(cuda_aware, "SHUNT_CUDA_AWARE", ::shunt::detail::flag_kind, "0",                                     \
+      "1: the MPI library accepts device pointers (overrides MPIX_Query_cuda_support where the MPI "       \
+      "has it); 0 and unset without that query: device buffers are staged through host memory")            \
+    X(coll, "SHUNT_COLL", ::shunt::detail::coll_kind, "auto",                                              \
+      "who runs MPI_Allreduce, _Reduce, _Reduce_scatter(_block), _Allgather(v), _Bcast and _Alltoall: "    \
+      "auto = the cost model decides per operation and size (measuring both on first use, except "         \
+      "floating-point reductions, decided from the model alone so that their bits are the same in "        \
+      "every run), measure = auto measuring floating-point reductions too, library = always the MPI "      \
+      "library, shunt = shunt's hierarchical schedule wherever it applies")                                \
+    X(nccl, "SHUNT_NCCL", ::shunt::detail::nccl_kind, "auto",                                              \
+      "who runs ncclAllReduce, ncclReduceScatter, ncclAllGather, ncclBroadcast/ncclBcast and ncclReduce: " \
+      "auto = shunt's hierarchical schedule where measured nccl.* tables of the model say it is faster, "  \
+      "else NCCL, library = always NCCL, shunt = shunt's schedule wherever it applies")                    \
+    X(model, "SHUNT_MODEL", ::shunt::detail::text_kind, "",                                                \
+      "the cost model file written by shunt-measure (unset: $XDG_CACHE_HOME/shunt/model-HOST-MPI.json, "   \
+      "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                      \
+    X(topology, "SHUNT_TOPOLOGY", ::shunt::detail::text_kind, "",                                          \
+      "a virtual topology that overrides the discovered levels (testing on one machine); "                 \
       "its syntax is checked where it is used (see shunt/topology/spec.hpp)")
 
 namespace shunt {
