@@ -64,7 +64,8 @@ TEST_CASE("the exact reference itself: small cases by hand") {
 TEST_CASE("ECMP from one leaf to distinct leaves: expected maximum load is the expected fullest bin") {
     // Leaf 0's n hosts each send to a host on its own destination leaf: only leaf 0's uplinks
     // can collide, so the maximum leaf-spine load is the fullest of S bins holding n balls.
-    for (auto [n, S] : {std::pair{8, 8}, {16, 8}, {12, 16}, {32, 24}}) {
+    for (const auto& c : {std::pair{8, 8}, {16, 8}, {12, 16}, {32, 24}}) {
+        const int n = c.first, S = c.second;  // named copies: CAPTURE cannot take structured bindings (clang 14)
         CAPTURE(n);
         CAPTURE(S);
         const fabric fab = make(n + 1, n, S);

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <span>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -87,7 +88,8 @@ fabric make(int hosts, int per_leaf, int rails = 1) {
 }  // namespace
 
 TEST_CASE("owner counts equal the representatives' rule applied owner by owner") {
-    for (auto [hosts, per_leaf, rails] : {std::tuple{8, 4, 1}, {12, 4, 2}, {7, 3, 2}, {10, 4, 3}}) {
+    for (const auto& c : {std::tuple{8, 4, 1}, {12, 4, 2}, {7, 3, 2}, {10, 4, 3}}) {
+        const int hosts = std::get<0>(c), per_leaf = std::get<1>(c), rails = std::get<2>(c);
         const fabric fab = make(hosts, per_leaf, rails);
         for (placement pl : {placement::block, placement::spread, placement::random}) {
             const auto ranks = place(fab, pl, 4);
@@ -106,8 +108,10 @@ TEST_CASE("owner counts equal the representatives' rule applied owner by owner")
 TEST_CASE("hierarchical allreduce phases carry exactly the bytes shunt's schedule sends, pair by pair") {
     // Regular and irregular groups (a partly filled last leaf), several rails, every placement,
     // ring and halving inside the groups.
-    for (auto [hosts, per_leaf, rails] :
+    for (const auto& c :
          {std::tuple{8, 4, 1}, {16, 4, 1}, {8, 2, 2}, {12, 4, 2}, {6, 4, 1}, {9, 3, 1}, {10, 4, 2}, {32, 8, 1}}) {
+        // Named copies: CAPTURE cannot take structured bindings (clang 14).
+        const int hosts = std::get<0>(c), per_leaf = std::get<1>(c), rails = std::get<2>(c);
         const fabric fab = make(hosts, per_leaf, rails);
         for (placement pl : {placement::block, placement::spread, placement::random}) {
             for (auto algo : {shunt::flat_algorithm::automatic, shunt::flat_algorithm::ring}) {
@@ -122,9 +126,10 @@ TEST_CASE("hierarchical allreduce phases carry exactly the bytes shunt's schedul
                 const auto want = schedule_traffic(fab, ranks, h, n, algo);
                 const auto got = model_traffic(hierarchical_allreduce(fab, ranks, h, static_cast<double>(n), algo));
                 REQUIRE(got.size() == want.size());
-                for (auto [pair, b] : want) {
-                    CAPTURE(pair.first);
-                    CAPTURE(pair.second);
+                for (const auto& [pair, b] : want) {
+                    const int src = pair.first, dst = pair.second;
+                    CAPTURE(src);
+                    CAPTURE(dst);
                     REQUIRE(got.count(pair) == 1);
                     CHECK(got.at(pair) == doctest::Approx(b));
                 }

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using namespace shunt::flow;
@@ -184,7 +185,8 @@ TEST_CASE("edge cases: n a multiple of S, gcd cases, undersubscribed and oversub
         CHECK(near(coordinated_max_load(fab, ph, 1), max_load(fab, spray_loads(fab, ph))));
     }
     // gcd cases: (n, S) -> k.
-    for (auto [n, S, k] : {std::tuple{12, 8, 2}, {6, 4, 2}, {5, 3, 3}, {9, 6, 2}, {10, 4, 2}, {7, 7, 1}}) {
+    for (const auto& c : {std::tuple{12, 8, 2}, {6, 4, 2}, {5, 3, 3}, {9, 6, 2}, {10, 4, 2}, {7, 7, 1}}) {
+        const int n = std::get<0>(c), S = std::get<1>(c), k = std::get<2>(c);  // CAPTURE takes no structured bindings
         CAPTURE(n);
         CAPTURE(S);
         // Uplinks as fast as the NICs and n > S: the leaf-spine links are the bottleneck.
