@@ -31,6 +31,11 @@ namespace shunt {
 ///   p2p.<package|node|network>.<hh|hd|dh|dd>                point-to-point ping-pong half round trip
 ///   coll.<op>.<algorithm>.<level>                           one collective algorithm at one level
 ///   compress.<name>.<cpu|gpu>                               compressor throughput
+///   nccl.<coll>.<algorithm>.<protocol>.r<R>n<N>             NCCL running one collective with that algorithm and
+///                                                           protocol forced (NCCL_ALGO, NCCL_PROTO), R ranks on N
+///                                                           nodes; size: the bytes NCCL gives its tuner (the whole
+///                                                           gathered or scattered buffer for allgather and
+///                                                           reduce_scatter); names in shunt/plan/nccl_tuner.hpp
 namespace table_names {
 inline std::string pack(bool library, bool unpack, std::int64_t block_len) {
     return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" +
