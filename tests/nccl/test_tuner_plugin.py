@@ -5,12 +5,13 @@ left alone without a model, with a bad one (one warning), under SHUNT_DISABLE, f
 tables and aggregated calls; SHUNT_LOG=decide's lines; silence by default; no NCCL, CUDA or MPI dependency."""
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 
-loader, plugin = sys.argv[1], sys.argv[2]
+loader, plugin, info = sys.argv[1], sys.argv[2], sys.argv[3]
 failures = []
 
 IGNORE = -1.0
@@ -153,6 +154,17 @@ with tempfile.TemporaryDirectory() as tmp:
     check(p.returncode == 0, "crafted model: the loader succeeds: " + p.stderr[-300:])
     check_crafted(records, "crafted model")
     check(p.stderr == "", "crafted model: silent by default: " + p.stderr[-300:])
+
+    # shunt-info explains the same call from the same file, with the times the plugin wrote.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHUNT_")}
+    q = subprocess.run([info, "--explain", "nccl-tuner", "allreduce", "2048", "--ranks", "4"],
+                       env=dict(env, SHUNT_MODEL=given), capture_output=True, text=True, timeout=60)
+    shown = {m.group(1): float(m.group(2)) for m in re.finditer(r"^  (\S+) +measured +([0-9.]+) us$", q.stdout, re.M)}
+    after = calls(records)[0]["after"] if calls(records) else []
+    same = q.returncode == 0 and len(after) == 21 and "fastest measured: tree/simple" in q.stdout and shown == {
+        "tree/simple": after[TREE * 3 + SIMPLE], "ring/ll": after[RING * 3 + LL], "ring/ll128": after[RING * 3 + LL128]}
+    check(same, "shunt-info --explain nccl-tuner shows the times the plugin writes" +
+          ("" if same else ": " + q.stdout + q.stderr))
 
     # Explained under SHUNT_LOG=decide: one line per (collective, size class, shape) with measured cells.
     p, records = run(["comm", 4, 1, "call", ALLREDUCE, 2048, "call", ALLREDUCE, 2048, "call", ALLREDUCE, 3000,

@@ -97,6 +97,20 @@ inline std::set<nccl_shape> nccl_shapes_in(const cost_model& m, nccl_coll c) {
     return out;
 }
 
+/// The shape to explain for `c` when a tool is given `ranks` and `nodes` (0: not given): both
+/// given, that shape; else the model's one shape for `c` that fits, if exactly one does.
+inline std::optional<nccl_shape> nccl_shape_for(const cost_model& m, nccl_coll c, std::int64_t ranks,
+                                                std::int64_t nodes) {
+    if (ranks > 0 && nodes > 0) return nccl_shape{ranks, nodes};
+    std::optional<nccl_shape> fit;
+    for (const nccl_shape& s : nccl_shapes_in(m, c)) {
+        if ((ranks > 0 && s.ranks != ranks) || (nodes > 0 && s.nodes != nodes)) continue;
+        if (fit) return std::nullopt;
+        fit = s;
+    }
+    return fit;
+}
+
 /// Why the tuner left NCCL's cost table as it was, or that it changed it.
 enum class nccl_verdict : std::uint8_t {
     no_table,  ///< no measured table for a cell NCCL enables, at this size (or not a collective shunt knows)
@@ -312,6 +326,43 @@ inline std::string nccl_tuning_text(const nccl_tuning& d, const nccl_shape& s) {
         out += item;
     }
     return out;
+}
+
+/// What the plugin compares for a call of `c` of `bytes` bytes (shunt-info --explain nccl-tuner):
+/// each cell with a table, its measured time or that the size is outside it, the fastest, and
+/// the rule that decides against NCCL's own pick (which only NCCL knows).
+inline std::string nccl_tuner_explain(const nccl_tuner& tuner, nccl_coll c, std::size_t bytes) {
+    std::string out, fastest;
+    double least = 0;
+    std::size_t untabled = 0;
+    char line[160];
+    const double size = static_cast<double>(bytes);
+    for (std::size_t a = 0; a < nccl_algo_count; ++a)
+        for (std::size_t p = 0; p < nccl_proto_count; ++p) {
+            const std::string cell = nccl_cell_text(static_cast<int>(a), static_cast<int>(p));
+            const time_table* t = tuner.table(c, static_cast<nccl_algo>(a), static_cast<nccl_proto>(p));
+            if (t == nullptr) {
+                ++untabled;
+                continue;
+            }
+            if (!t->covers(size)) {
+                std::snprintf(line, sizeof line, "  %-20s outside its table's %.0f .. %.0f bytes\n", cell.c_str(),
+                              t->points().front().size, t->points().back().size);
+            } else {
+                const double us = t->predict(size) * 1e6;
+                std::snprintf(line, sizeof line, "  %-20s measured %12.3f us\n", cell.c_str(), us);
+                if (fastest.empty() || us < least) fastest = cell, least = us;
+            }
+            out += line;
+        }
+    std::snprintf(line, sizeof line, "  no table for the other %zu of NCCL's %zu algorithm/protocol pairs\n", untabled,
+                  nccl_algo_count * nccl_proto_count);
+    out += line;
+    if (fastest.empty()) return out + "  nothing measured at this size: the plugin leaves NCCL's choice alone\n";
+    std::snprintf(line, sizeof line, "%.0f%%", measured_win_margin * 100);
+    return out + "  fastest measured: " + fastest + ". Where NCCL's own pick is measured here and over " + line +
+           " slower,\n  the plugin writes these times and ignores the cells without one, so NCCL runs " + fastest +
+           ";\n  else it leaves NCCL's choice alone\n";
 }
 
 }  // namespace shunt

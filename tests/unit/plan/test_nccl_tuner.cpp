@@ -272,3 +272,29 @@ TEST_CASE("nccl tuner: size classes and byte counts in messages") {
     CHECK(nccl_cell_text(-1, -1) == "none");
     CHECK(nccl_cell_text(7, 2) == "algorithm 7/protocol 2");
 }
+
+TEST_CASE("nccl tuner: the shape a tool explains, and its explanation") {
+    cost_model m;
+    m.set(name(nccl_algo::ring, nccl_proto::ll128), time_table({{1024, 20e-6, 0}, {4096, 80e-6, 0}}));
+    m.set(name(nccl_algo::tree, nccl_proto::simple), flat_us(25));
+    m.set(name(nccl_algo::ring, nccl_proto::ll, {4, 1}), flat_us(5));
+    // Both given: that shape, tables or not; else the model's one fitting shape, if exactly one.
+    CHECK(nccl_shape_for(m, nccl_coll::allreduce, 16, 4) == nccl_shape{16, 4});
+    CHECK(!nccl_shape_for(m, nccl_coll::allreduce, 0, 0));
+    CHECK(nccl_shape_for(m, nccl_coll::allreduce, 8, 0) == r8n2);
+    CHECK(nccl_shape_for(m, nccl_coll::allreduce, 0, 1) == nccl_shape{4, 1});
+    CHECK(!nccl_shape_for(m, nccl_coll::allreduce, 5, 0));
+    CHECK(!nccl_shape_for(m, nccl_coll::broadcast, 0, 0));
+
+    const nccl_tuner tuner(m, r8n2);
+    const std::string at_2k = nccl_tuner_explain(tuner, nccl_coll::allreduce, 2048);
+    CHECK(at_2k.find("tree/simple          measured       25.000 us") != std::string::npos);
+    CHECK(at_2k.find("ring/ll128           measured       40.000 us") != std::string::npos);
+    CHECK(at_2k.find("no table for the other 19 of NCCL's 21") != std::string::npos);
+    CHECK(at_2k.find("fastest measured: tree/simple. Where NCCL's own pick is measured here and over 3% slower") !=
+          std::string::npos);
+    const std::string at_8k = nccl_tuner_explain(tuner, nccl_coll::allreduce, 8192);
+    CHECK(at_8k.find("ring/ll128           outside its table's 1024 .. 4096 bytes") != std::string::npos);
+    CHECK(nccl_tuner_explain(tuner, nccl_coll::allreduce, 100).find("nothing measured at this size") !=
+          std::string::npos);
+}
