@@ -4,8 +4,10 @@
 #include <shunt/gpu/memory.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
+#include <shunt/model/nccl_file.hpp>
 #include <shunt/pack/host.hpp>
 #include <shunt/plan/collective.hpp>
+#include <shunt/plan/nccl_tuner.hpp>
 #include <shunt/plan/planner.hpp>
 #include <shunt/topology/gpu.hpp>
 #include <shunt/topology/locality.hpp>
@@ -46,6 +48,11 @@ void usage(std::FILE* to) {
         "                             (allreduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv,\n"
         "                             bcast, reduce, alltoall, alltoallv), from the model alone; run it under\n"
         "                             mpirun\n"
+        "  --explain nccl-tuner COLLECTIVE BYTES [--ranks N] [--nodes M]\n"
+        "                             what the NCCL tuner plugin (libshunt-nccl-tuner.so) writes into NCCL's cost\n"
+        "                             table for that call (broadcast, reduce, allgather, reduce_scatter, allreduce;\n"
+        "                             BYTES as NCCL counts them) on N ranks over M nodes (default: the model's one\n"
+        "                             shape for it), from the NCCL tables the plugin would load\n"
         "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
         "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
         "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
@@ -253,7 +260,51 @@ int explain_collective(int argc, char** argv, shunt::coll_op op, std::int64_t by
     });
 }
 
+/// --explain nccl-tuner COLL BYTES [--ranks N] [--nodes M]: the measured cells the plugin would
+/// compare for such a call, from the NCCL tables it would load (no NCCL needed).
+int explain_nccl_tuner(int argc, char** argv) {
+    const auto coll = argc >= 5 ? shunt::parse_nccl_coll(argv[3]) : std::nullopt;
+    std::int64_t bytes = 0, ranks = 0, nodes = 0;
+    bool ok = coll && parse_positive(argv[4], bytes);
+    for (int i = 5; ok && i < argc; i += 2) {
+        const std::string_view o = argv[i];
+        ok = i + 1 < argc && ((o == "--ranks" && parse_positive(argv[i + 1], ranks)) ||
+                              (o == "--nodes" && parse_positive(argv[i + 1], nodes)));
+    }
+    if (!ok) {
+        std::fprintf(stderr,
+                     "shunt-info: --explain nccl-tuner takes COLLECTIVE (broadcast, reduce, allgather, reduce_scatter, "
+                     "allreduce), BYTES (a positive integer), then --ranks N and --nodes M\n");
+        return 2;
+    }
+    const std::string path = shunt::nccl_model_path(shunt::config().model, shunt::process_environment());
+    const auto r = shunt::load_nccl_model(shunt::config().model, shunt::process_environment());
+    if (!r.model) {
+        std::printf("no NCCL tables (%s): the plugin leaves NCCL's choices alone\n",
+                    r.missing && shunt::config().model.empty() ? ("no file at " + path).c_str() : r.problem.c_str());
+        return 0;
+    }
+    const auto shape = shunt::nccl_shape_for(*r.model, *coll, ranks, nodes);
+    if (!shape) {
+        std::string list;
+        for (const auto& s : shunt::nccl_shapes_in(*r.model, *coll)) list += " " + s.text();
+        std::fprintf(stderr, "shunt-info: name the shape with --ranks and --nodes; %s has %s tables for:%s\n",
+                     path.c_str(), argv[3], list.empty() ? " none" : list.c_str());
+        return 2;
+    }
+    const std::string name(shunt::to_string(*coll));
+    std::printf(
+        "NCCL tuner plugin: %s of %lld bytes on %lld ranks over %lld nodes (tables nccl.%s.*.%s, %s):\n%s",
+        name.c_str(), static_cast<long long>(bytes), static_cast<long long>(shape->ranks),
+        static_cast<long long>(shape->nodes), name.c_str(), shape->text().c_str(), path.c_str(),
+        shunt::nccl_tuner_explain(shunt::nccl_tuner(*r.model, *shape), *coll, static_cast<std::size_t>(bytes)).c_str());
+    if (shunt::config().disable) std::printf("  SHUNT_DISABLE=1: the plugin changes nothing\n");
+    shunt::log_config_warnings();
+    return 0;
+}
+
 int explain(int argc, char** argv) {
+    if (argc >= 3 && std::string_view(argv[2]) == "nccl-tuner") return explain_nccl_tuner(argc, argv);
     if (argc == 4) {
         for (std::size_t i = 0; i < shunt::coll_op_names.size(); ++i) {
             if (std::string_view(argv[2]) != shunt::coll_op_names[i]) continue;
