@@ -566,13 +566,16 @@ bool runtime::device_pack(direction d, const void* in, void* out, int count, MPI
     };
     try {
         if (cfg_.pack == pack_choice::library && p2p_->cuda_aware) return rc = pass(pass_reason::forced), true;
+        // The null communicator and types shunt does not know go to the library whole (see
+        // runtime::transfer).
+        if (comm == MPI_COMM_NULL) return rc = pass(pass_reason::rejected), true;
+        const type_info* t = memo_.find(type);
+        if (t == nullptr) return rc = pass(pass_reason::unknown_type), true;
         // Zero elements: the library judges the communicator and the datatype, touching no memory.
         int probe = *position;
         const int checked = packing ? PMPI_Pack(in, 0, type, out, size, &probe, comm)
                                     : PMPI_Unpack(in, size, &probe, out, 0, type, comm);
         if (checked != MPI_SUCCESS) return count_pass(d, pass_reason::rejected), rc = checked, true;
-        const type_info* t = memo_.find(type);
-        if (t == nullptr) return rc = pass(pass_reason::unknown_type), true;
         std::int64_t bytes = 0;
         if (__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes))
             return rc = pass(pass_reason::too_large), true;

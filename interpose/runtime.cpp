@@ -475,6 +475,16 @@ int runtime::transfer(direction d, MPI_Datatype type, int count, std::int64_t ro
     const char* name = shim_names[static_cast<std::size_t>(s)];
     if (cfg_.pack == pack_choice::library) return pass(pass_reason::forced);
     if (!always_valid(comm)) {
+        // The null communicator and types shunt does not know go to the library whole, which
+        // raises any error through the application's handler once: MPICH 4.3 and later return
+        // MPI_SUCCESS from a call whose error went to a handler of the application's that
+        // returned, so the probe below cannot tell them and would raise the error twice.
+        if (comm == MPI_COMM_NULL) return pass(pass_reason::rejected);
+        const type_info* known = nullptr;
+        try {
+            known = memo_.find(type);
+        } catch (...) {}
+        if (known == nullptr) return pass(pass_reason::unknown_type);
         // Zero elements: the library checks the communicator and the datatype exactly as for the
         // real call (the count-dependent checks are done by the caller and below) and moves nothing.
         const int rc = probe();
