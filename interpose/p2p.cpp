@@ -17,6 +17,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
@@ -52,6 +53,23 @@ bool truncated(int rc) {
 /// True when a receive that returned rc may have delivered data: success or truncation.
 bool delivered(int rc) { return rc == MPI_SUCCESS || truncated(rc); }
 
+#if defined(MPICH_VERSION)
+/// True when the MPICH that runs (not the one built against) is 4.3 or later: its status of a
+/// truncated receive counts the bytes it copied (the whole receive buffer), or the message's size
+/// where it dropped the message. Earlier versions may leave an earlier message's count there.
+bool mpich_counts_truncation() {
+    static const bool counts = [] {
+        char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+        int n = 0, major = 0, minor = 0;
+        if (PMPI_Get_library_version(v, &n) != MPI_SUCCESS) return false;
+        const char* p = std::strstr(v, "MPICH Version:");
+        return p != nullptr && std::sscanf(p + std::strlen("MPICH Version:"), "%d.%d", &major, &minor) == 2 &&
+               (major > 4 || (major == 4 && minor >= 3));
+    }();
+    return counts;
+}
+#endif
+
 /// The packed bytes the library wrote into a receive block of `capacity` bytes, for a receive
 /// on `comm` (MPI_COMM_NULL when unknown) that ended with error code `rc` and status `st`:
 /// what MPI_Recv would have written into a typed buffer is their unpacking.
@@ -59,8 +77,15 @@ std::int64_t written_bytes(int rc, const MPI_Status& st, std::int64_t capacity, 
     if (rc == MPI_SUCCESS) return std::min(received_bytes(st), capacity);
     if (!truncated(rc)) return 0;
 #if defined(MPICH_VERSION)
-    // MPICH 4.0 (ch4) drops a truncated message from another process (nothing written, the
-    // status count unreliable) but copies the first bytes of one a process sent itself.
+    // MPICH 4.3 and 5.0 copy the first bytes of a truncated message, but drop one above the
+    // eager limit on an inter-communicator; the status tells which.
+    if (mpich_counts_truncation()) {
+        const std::int64_t n = received_bytes(st);
+        return n <= capacity ? n : 0;
+    }
+    // Earlier: MPICH 4.0 (ch4, as Debian 12 builds it) drops a truncated message from another
+    // process (nothing written, the status count unreliable) but copies the first bytes of one a
+    // process sent itself. (Other builds of 4.0 to 4.2 copy messages below the eager limit too.)
     // On an inter-communicator the source is a rank of the other group: never this process.
     int me = MPI_PROC_NULL, inter = 1;
     const bool self = comm != MPI_COMM_NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter &&
