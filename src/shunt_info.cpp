@@ -8,6 +8,7 @@
 #include <shunt/pack/host.hpp>
 #include <shunt/plan/collective.hpp>
 #include <shunt/plan/nccl_tuner.hpp>
+#include <shunt/plan/nccl.hpp>
 #include <shunt/plan/planner.hpp>
 #include <shunt/topology/gpu.hpp>
 #include <shunt/topology/locality.hpp>
@@ -22,6 +23,8 @@
 #include <memory>
 
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -53,6 +56,9 @@ void usage(std::FILE* to) {
         "                             table for that call (broadcast, reduce, allgather, reduce_scatter, allreduce;\n"
         "                             BYTES as NCCL counts them) on N ranks over M nodes (default: the model's one\n"
         "                             shape for it), from the NCCL tables the plugin would load\n"
+        "  --explain nccl-OP BYTES [RANKS PER_NODE]\n"
+        "                             shunt's choice for an NCCL collective (allreduce, reduce_scatter, allgather,\n"
+        "                             broadcast, reduce) of BYTES on RANKS ranks in nodes of PER_NODE (default 8 4)\n"
         "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
         "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
         "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
@@ -303,8 +309,61 @@ int explain_nccl_tuner(int argc, char** argv) {
     return 0;
 }
 
+/// --explain nccl-OP BYTES [RANKS PER_NODE]: shunt's choice for an NCCL collective on a
+/// communicator of RANKS ranks in nodes of PER_NODE (default 8 and 4).
+int explain_nccl(int argc, char** argv) {
+    const std::string_view name = std::string_view(argv[2]).substr(5);
+    std::size_t op = 0;
+    while (op < shunt::nccl_op_names.size() && shunt::nccl_op_names[op] != name) ++op;
+    std::int64_t bytes = 0, ranks = 8, per_node = 4;
+    if (op == shunt::nccl_op_names.size() || (argc != 4 && argc != 6) || !parse_positive(argv[3], bytes) ||
+        (argc == 6 && (!parse_positive(argv[4], ranks) || !parse_positive(argv[5], per_node) ||
+                       ranks % per_node != 0 || ranks > INT_MAX))) {
+        std::fprintf(stderr,
+                     "shunt-info: --explain takes nccl-OP BYTES [RANKS PER_NODE], OP one of allreduce, "
+                     "reduce_scatter, allgather, broadcast, reduce, PER_NODE dividing RANKS\n");
+        return 2;
+    }
+    // The model the NCCL executor reads: the NCCL tables' file where there is one, else shunt's model.
+    std::string where;
+    std::shared_ptr<const shunt::cost_model> model;
+    if (auto r = shunt::load_nccl_model(shunt::config().model, shunt::process_environment()); r.model) {
+        model = std::make_shared<const shunt::cost_model>(std::move(*r.model));
+        where = shunt::nccl_model_path(shunt::config().model, shunt::process_environment());
+    } else {
+        model = effective_model(where);
+    }
+    const shunt::nccl_shape shape{ranks, ranks / per_node};
+    const auto o = static_cast<shunt::nccl_op>(op);
+    const shunt::nccl_choice choice = shunt::config().nccl;
+    const shunt::nccl_decision d = shunt::decide_nccl(*model, choice, o, bytes, shape);
+    std::printf("nccl %s of %lld bytes on %lld ranks in nodes of %lld (%s):\n", std::string(name).c_str(),
+                static_cast<long long>(bytes), static_cast<long long>(ranks), static_cast<long long>(per_node),
+                where.c_str());
+    for (const shunt::nccl_method m : {shunt::nccl_method::library, shunt::nccl_method::hierarchical}) {
+        const std::string table = shunt::table_names::nccl(o, m, shape);
+        const double t = m == shunt::nccl_method::library ? d.library_s : d.hierarchical_s;
+        if (std::isnan(t))
+            std::printf("  %-13s no table %s\n", std::string(shunt::to_string(m)).c_str(), table.c_str());
+        else
+            std::printf("  %-13s predicted %12.3f us (measured table %s)\n", std::string(shunt::to_string(m)).c_str(),
+                        t * 1e6, table.c_str());
+    }
+    std::printf("  -> %s%s\n", d.method == shunt::nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
+                d.forced ? " (forced by SHUNT_NCCL)"
+                : d.method == shunt::nccl_method::hierarchical
+                    ? ""
+                    : bytes < shunt::nccl_min_bytes
+                        ? " (below the size shunt's schedules are considered from)"
+                        : std::isnan(d.library_s) || std::isnan(d.hierarchical_s)
+                            ? " (without measured tables of both, NCCL keeps every call)"
+                            : " (shunt's schedule is not measured faster by the margin)");
+    return 0;
+}
+
 int explain(int argc, char** argv) {
     if (argc >= 3 && std::string_view(argv[2]) == "nccl-tuner") return explain_nccl_tuner(argc, argv);
+    if (argc >= 3 && std::string_view(argv[2]).starts_with("nccl-")) return explain_nccl(argc, argv);
     if (argc == 4) {
         for (std::size_t i = 0; i < shunt::coll_op_names.size(); ++i) {
             if (std::string_view(argv[2]) != shunt::coll_op_names[i]) continue;

@@ -328,6 +328,17 @@ def check_tools(args):
         expect(p.returncode == 0 and m and int(m.group(2)) >= 16 and
                m.group(1) == (verb if int(m.group(2)) < 1024 else "does not store"),
                f"shunt-info --explain unpack {size} 256 must say whether the rows stream", p, c)
+    # NCCL collectives: no table, NCCL keeps the call; SHUNT_NCCL=shunt forces shunt's schedule.
+    p, c = tool([info, "--explain", "nccl-allreduce", "67108864", "8", "4"])
+    expect(p.returncode == 0 and re.search(r"^nccl allreduce of 67108864 bytes on 8 ranks in nodes of 4", p.stdout, re.M)
+           and re.search(r"^  library\s+no table nccl\.allreduce\.library\.r8n2$", p.stdout, re.M) and
+           re.search(r"^  -> NCCL \(without measured tables of both", p.stdout, re.M), "shunt-info --explain nccl-allreduce",
+           p, c)
+    p, c = tool([info, "--explain", "nccl-reduce", "1024"], {"SHUNT_NCCL": "shunt"})
+    expect(p.returncode == 0 and "-> shunt's schedule over node+rail (forced by SHUNT_NCCL)" in p.stdout,
+           "shunt-info --explain nccl-reduce with SHUNT_NCCL=shunt", p, c)
+    p, c = tool([info, "--explain", "nccl-allreduce", "1024", "8", "3"])
+    expect(p.returncode == 2 and p.stdout == "", "shunt-info --explain nccl-... with nodes not dividing the ranks", p, c)
     p, c = tool([info, "--explain", "allreduce", "-5"])
     expect(p.returncode == 2 and p.stdout == "", "shunt-info --explain with a bad size must fail with usage", p, c)
 

@@ -39,9 +39,9 @@ namespace shunt {
 ///                                                           nodes; size: the bytes NCCL gives its tuner (the whole
 ///                                                           gathered or scattered buffer for allgather and
 ///                                                           reduce_scatter); names in shunt/plan/nccl_tuner.hpp
-///   nccl.<op>.<library|hierarchical>.p<R>.node<L>           an NCCL collective run by NCCL or by shunt's
+///   nccl.<op>.<library|hierarchical>.r<R>n<N>               an NCCL collective run by NCCL or by shunt's
 ///                                                           schedule over node and rail communicators, R ranks
-///                                                           in nodes of L (shunt/plan/nccl.hpp)
+///                                                           on N nodes of equal size (shunt/plan/nccl.hpp)
 namespace table_names {
 inline std::string pack(bool library, bool unpack, std::int64_t block_len) {
     return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" +
