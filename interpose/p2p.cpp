@@ -1209,7 +1209,10 @@ void runtime::drain_p2p() noexcept {
         p2p_->detached_n.store(0, std::memory_order_release);
         p2p_->update_live();
     }
-    for (auto& [h, r] : mine) {
+    for (auto& entry : mine) {
+        // Named, not a structured binding: clang before 16 cannot capture those in a lambda.
+        MPI_Request& h = entry.first;
+        p2p_request& r = entry.second;
         MPI_Status st;
         int flag = 0;
         // A freed receive that never matched would hold MPI_Finalize forever: cancel it (a

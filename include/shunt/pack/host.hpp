@@ -740,7 +740,10 @@ __attribute__((target("avx2"))) void rows_lanes_avx2(std::byte* typed, std::byte
     for (; i + group < n; i += group, typed += 32 * R, packed += 32) {
         __m256i out;
         if constexpr (R == 2) {
-            out = _mm256_permute2x128_si256(front_avx2<L, R>(typed), front_avx2<L, R>(typed + 32), 0x20);
+            // Named first: with clang (and gcc at -O0) the intrinsic is a macro, and the template
+            // arguments' comma would split its arguments.
+            const __m256i a = front_avx2<L, R>(typed), b = front_avx2<L, R>(typed + 32);
+            out = _mm256_permute2x128_si256(a, b, 0x20);
         } else {
             const __m256i ab = _mm256_unpacklo_epi64(front_avx2<L, R>(typed), front_avx2<L, R>(typed + 32));
             const __m256i cd = _mm256_unpacklo_epi64(front_avx2<L, R>(typed + 64), front_avx2<L, R>(typed + 96));
