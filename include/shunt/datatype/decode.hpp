@@ -185,8 +185,8 @@ type_node decode_node(Source& src, typename Source::handle t, int depth, std::si
     if (depth >= max_decode_depth) throw unsupported("datatype nests deeper than shunt decodes");
     if (++nodes > max_decode_nodes) throw unsupported("datatype has too many nested types to decode");
     const std::int64_t cap = static_cast<std::int64_t>(4 * max_flat_blocks);
-    if (e.ints < 0 || e.addresses < 0 || e.large_counts < 0 || e.types < 0 ||
-        e.ints + e.addresses + e.large_counts > cap || e.types > cap)
+    if (e.ints < 0 || e.addresses < 0 || e.large_counts < 0 || e.types < 0 || e.ints > cap || e.addresses > cap ||
+        e.large_counts > cap || e.ints + e.addresses + e.large_counts > cap || e.types > cap)
         throw unsupported("datatype has too many constructor arguments to decode");
     n.ints.resize(static_cast<std::size_t>(e.ints));
     n.addresses.resize(static_cast<std::size_t>(e.addresses));
@@ -462,8 +462,8 @@ inline layout to_layout(const type_node& n) {
         }
         default: throw unsupported("datatype combiner " + std::to_string(n.combiner) + " is not known to shunt");
     }
-    if (l.size() != n.size)
-        throw unsupported("decoded datatype packs " + std::to_string(l.size()) + " bytes where MPI says " +
+    if (const std::int64_t size = detail::checked_size(l); size != n.size)
+        throw unsupported("decoded datatype packs " + std::to_string(size) + " bytes where MPI says " +
                           std::to_string(n.size));
     return l;
 }
