@@ -175,6 +175,16 @@ gpu::pool_block acquire(const runtime::p2p_plan& plan) {
 
 using gpu::scoped_block;  // pool blocks released on every path
 
+/// Records `r` under `handle` (the caller holds the table's mutex). An entry already under that
+/// handle is done: the library reuses a handle only once its request is freed, and Open MPI 4.1
+/// hands one shared handle (ompi_request_empty) to every send that completed at once (small
+/// eager sends); replacing the entry without releasing its block leaked the block.
+void record(runtime::p2p_state& p, MPI_Request handle, runtime::p2p_request&& r) {
+    auto [it, fresh] = p.requests.try_emplace(handle);
+    if (!fresh) gpu::pool_release(it->second.block);
+    it->second = std::move(r);
+}
+
 /// Packs the application's buffer into `out` by plan's method; one stream synchronisation.
 void pack_into(const runtime::p2p_plan& plan, const void* buf, void* out) {
     std::int64_t done = 0;
@@ -677,7 +687,7 @@ int runtime::isend(shim s, send_mode m, const void* buf, int count, MPI_Datatype
     try {
         const std::lock_guard lock(p2p_->mutex);
         r.serial = p2p_->next_serial++;
-        p2p_->requests.insert_or_assign(*request, std::move(r));
+        record(*p2p_, *request, std::move(r));
         p2p_->update_live();
     } catch (...) {
         internal_failure(s, "cannot record the request");  // the block is never reused: no harm but a leak
@@ -712,7 +722,7 @@ int runtime::send_init(shim s, send_mode m, const void* buf, int count, MPI_Data
         stats_.add(counter_index::shim_handled(s));
         const std::lock_guard lock(p2p_->mutex);
         r.serial = p2p_->next_serial++;
-        p2p_->requests.insert_or_assign(*request, std::move(r));
+        record(*p2p_, *request, std::move(r));
         p2p_->update_live();
         return rc;
     } catch (const std::exception& e) {
@@ -804,7 +814,7 @@ int runtime::irecv(void* buf, int count, MPI_Datatype type, int source, int tag,
     stats_.add(counter_index::shim_handled(shim::irecv));
     try {
         const std::lock_guard lock(p2p_->mutex);
-        p2p_->requests.insert_or_assign(*request, std::move(r));
+        record(*p2p_, *request, std::move(r));
         p2p_->update_live();
     } catch (...) {
         internal_failure(shim::irecv, "cannot record the request");
@@ -841,7 +851,7 @@ int runtime::recv_init(void* buf, int count, MPI_Datatype type, int source, int 
         stats_.add(counter_index::shim_handled(shim::recv_init));
         const std::lock_guard lock(p2p_->mutex);
         r.serial = p2p_->next_serial++;
-        p2p_->requests.insert_or_assign(*request, std::move(r));
+        record(*p2p_, *request, std::move(r));
         p2p_->update_live();
         return rc;
     } catch (const std::exception& e) {
@@ -1015,7 +1025,7 @@ int runtime::imrecv(void* buf, int count, MPI_Datatype type, MPI_Message* messag
     try {
         const std::lock_guard lock(p2p_->mutex);
         r.serial = p2p_->next_serial++;
-        p2p_->requests.insert_or_assign(*request, std::move(r));
+        record(*p2p_, *request, std::move(r));
         p2p_->update_live();
     } catch (...) {
         internal_failure(shim::imrecv, "cannot record the request");
