@@ -950,3 +950,11 @@ TEST_CASE("make_darray: a cyclic distribution stops where the next block start p
     CHECK(shunt::flatten(shunt::make_darray(1, dims, true, byte_form, 1)) ==
           std::vector<block>{{b, b}, {3 * b, b - 1}});
 }
+
+TEST_CASE("make_struct: a block count whose blocks pass 2^64 is unsupported, not flattened") {
+    // 2^61 copies of a child of 8 separate blocks: 2^64 blocks, which wrapped to 0 in the cap's test.
+    const layout eight{{}, {{0, 1}, {2, 1}, {4, 1}, {6, 1}, {8, 1}, {10, 1}, {12, 1}, {14, 1}}};
+    const std::vector<std::int64_t> lengths{std::int64_t{1} << 61, 1}, displs{0, 0}, extents{16, 4};
+    const std::vector<const layout*> children{&eight, &int_form};
+    CHECK_THROWS_AS(shunt::make_struct(lengths, displs, children, extents), shunt::unsupported);
+}

@@ -260,7 +260,9 @@ inline layout make_struct(std::span<const std::int64_t> blocklengths, std::span<
                 {detail::checked_add(displs[i], flat[0].offset), detail::checked_mul(blocklengths[i], extents[i])});
             continue;
         }
-        if (l.blocks.size() + flat.size() * static_cast<std::size_t>(blocklengths[i]) > max_flat_blocks)
+        std::size_t more = 0;  // a product past 64 bits would wrap below the cap
+        if (__builtin_mul_overflow(flat.size(), static_cast<std::size_t>(blocklengths[i]), &more) ||
+            l.blocks.size() + more > max_flat_blocks)
             throw unsupported("datatype has too many blocks to flatten");
         for (std::int64_t j = 0; j < blocklengths[i]; ++j) {
             const std::int64_t base = detail::checked_add(displs[i], detail::checked_mul(j, extents[i]));
