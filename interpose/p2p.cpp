@@ -475,7 +475,12 @@ void p2p_executor::keep(shim s, MPI_Request handle, request&& r) noexcept {
     try {
         const std::lock_guard lock(mutex_);
         if (r.serial == 0) r.serial = next_serial_++;
-        requests_.insert_or_assign(handle, std::move(r));
+        // An entry already under that handle is done: the library reuses a handle only once its
+        // request is freed, and Open MPI 4.1 hands one shared handle (ompi_request_empty) to
+        // every send that completed at once; replacing the entry must release its block.
+        auto [it, fresh] = requests_.try_emplace(handle);
+        if (!fresh) gpu::pool_release(it->second.block);
+        it->second = std::move(r);
         update_live();
     } catch (...) {
         rt_.internal_failure(s, "cannot record the request");  // the block is never reused: no harm but a leak
@@ -1008,7 +1013,10 @@ void p2p_executor::drain() noexcept {
         detached_n_.store(0, std::memory_order_release);
         update_live();
     }
-    for (auto& [h, r] : mine) {
+    for (auto& entry : mine) {
+        // Named, not a structured binding: clang before 16 cannot capture those in a lambda.
+        MPI_Request& h = entry.first;
+        request& r = entry.second;
         MPI_Status st;
         int flag = 0;
         // A freed receive that never matched would hold MPI_Finalize forever: cancel it (a

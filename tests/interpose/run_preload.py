@@ -34,6 +34,8 @@ class Launcher:
         self.mpiexec_args = args.mpiexec_arg or []
         self.flavour = args.flavour
         self.lib = os.path.abspath(args.lib)
+        # A sanitizer build's runtime must be loaded before libshunt.so.
+        self.preload = (args.preload_first + ":" if args.preload_first else "") + self.lib
         self.shunt_run = os.path.abspath(args.shunt_run)
         self.program = [os.path.abspath(args.command[0])] + args.command[1:]
 
@@ -43,9 +45,9 @@ class Launcher:
         cmd = [self.mpiexec] + self.mpiexec_args + ["-n", str(ranks)]
         if how == "preload":
             if self.flavour == "openmpi":
-                cmd += ["-x", "LD_PRELOAD=" + self.lib]
+                cmd += ["-x", "LD_PRELOAD=" + self.preload]
             else:
-                cmd += ["-genv", "LD_PRELOAD", self.lib]
+                cmd += ["-genv", "LD_PRELOAD", self.preload]
         cmd += ([self.shunt_run] if how == "shunt-run" else []) + self.program
         try:
             p = subprocess.run(cmd, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -347,8 +349,12 @@ def check_tools(args):
     expect(p.returncode == 0 and os.path.samefile(p.stdout.strip(), args.lib),
            "shunt-run --library must find the library of this build", p, c)
     p, c = tool([run, "sh", "-c", 'printf %s "$LD_PRELOAD"'], {"LD_PRELOAD": "/other.so"})
-    expect(p.returncode == 0 and p.stdout == f"{p.stdout.split(':')[0]}:/other.so" and
-           os.path.samefile(p.stdout.split(":")[0], args.lib), "shunt-run must prepend libshunt.so to LD_PRELOAD", p, c)
+    # A sanitizer build puts its runtime first, then libshunt.so.
+    parts = p.stdout.split(":")
+    first = [args.preload_first] if args.preload_first else []
+    expect(p.returncode == 0 and len(parts) == len(first) + 2 and parts[:len(first)] == first and
+           parts[-1] == "/other.so" and os.path.samefile(parts[len(first)], args.lib),
+           "shunt-run must prepend libshunt.so (after a sanitizer build's runtime) to LD_PRELOAD", p, c)
     p, c = tool([run])
     expect(p.returncode == 2 and "usage" in p.stderr, "shunt-run without a program must fail with usage", p, c)
     p, c = tool([run, "--bogus"])
@@ -373,6 +379,8 @@ def main():
     pr.add_argument("--mpiexec-arg", action="append")
     pr.add_argument("--flavour", choices=["openmpi", "mpich"], required=True)
     pr.add_argument("--lib", required=True)
+    pr.add_argument("--preload-first", default="",
+                    help="a library to load before libshunt.so (a sanitizer build's runtime)")
     pr.add_argument("--shunt-run", required=True)
     pr.add_argument("--ranks", default="1,2,4")
     pr.add_argument("--config-checks", action="store_true")
@@ -394,6 +402,7 @@ def main():
     tl.add_argument("--shunt-info", required=True)
     tl.add_argument("--shunt-run", required=True)
     tl.add_argument("--lib", required=True)
+    tl.add_argument("--preload-first", default="", help="what shunt-run must put before libshunt.so")
     args = ap.parse_args()
     if args.mode == "program":
         if args.command[:1] == ["--"]:

@@ -12,7 +12,9 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 using shunt::block;
@@ -126,6 +128,37 @@ TEST_CASE("decode frees every derived handle MPI_Type_get_contents hands out") {
     }
     CHECK(deleted == 1);
     MPI_Type_free_keyval(&key);
+}
+
+/// A type source of one derived node whose envelope claims the given numbers of arguments, as a
+/// library answering nonsense would: decode_tree must refuse it before reading the contents.
+struct lying_source {
+    using handle = int;
+    std::int64_t ints = 0, addresses = 0, counts = 0;
+    static handle null_handle() noexcept { return -1; }
+    void bounds(handle, shunt::type_node& n) const { n.size = n.extent = n.true_extent = 4; }
+    int envelope(handle, shunt::type_envelope& e) const noexcept {
+        e = {ints, addresses, counts, 1, MPI_COMBINER_CONTIGUOUS};
+        return MPI_SUCCESS;
+    }
+    void contents(handle, const shunt::type_envelope&, shunt::type_node&, handle*) const {
+        FAIL("the contents of an impossible envelope must not be read");
+    }
+    void release(handle) const noexcept {}
+    MPI_Datatype named(handle) const noexcept { return MPI_DATATYPE_NULL; }
+};
+
+TEST_CASE("decode_tree: envelope counts whose sum passes 64 bits are unsupported (found by fuzz_datatype)") {
+    constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+    const std::int64_t cap = 4 * static_cast<std::int64_t>(shunt::max_flat_blocks);
+    for (const auto& [i, a, c] : std::vector<std::array<std::int64_t, 3>>{
+             {top, 1, 0}, {1, top, 1}, {0, 2, top}, {top, top, top}, {cap, cap, 0}, {-1, 0, 0}}) {
+        CAPTURE(i);
+        CAPTURE(a);
+        CAPTURE(c);
+        lying_source src{i, a, c};
+        CHECK_THROWS_AS(shunt::decode_tree(src, 0), shunt::unsupported);
+    }
 }
 
 TEST_CASE("types on absolute addresses (MPI_BOTTOM) decode to those addresses") {
