@@ -23,6 +23,7 @@ using shunt::layout;
 namespace {
 
 const layout byte_form{{}, {{0, 1}}};
+const layout int_form{{}, {{0, 4}}};
 
 }  // namespace
 
