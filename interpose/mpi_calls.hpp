@@ -1,14 +1,17 @@
 // interpose/mpi_calls.hpp: the one list of intercepted MPI functions: the shim enum, its names, the shims and the runtime's entry points all come from it.
 #pragma once
 
+#include <mpi.h>
+
 /// X(name, Name, (parameters), (arguments)) per intercepted function MPI_Name, in report order:
 /// `name` is its shim enumerator and the runtime member the shim calls, with the parameters of
 /// mpi.h's prototype (the same types, or GCC rejects the redeclaration). One list per family, in
 /// this order (counters.hpp names the boundaries): setup and datatypes; the collectives shunt runs
 /// with its schedules, whose runtime members are generated (collectives.cpp: each names its MPI
 /// form mpi_<name> in collectives/<name>.hpp, so adding one is an entry here, its header and its
-/// test); the fused collectives; point-to-point data movers (send .. imrecv) and completion calls
-/// (wait .. request_get_status). Adding another function is one entry and the runtime member
+/// test); their nonblocking forms (the request last) and persistent forms (info and request
+/// last, MPI 4), generated likewise from the blocking form; the fused collectives; point-to-point
+/// data movers (send .. imrecv) and completion calls (wait .. request_get_status). Adding another function is one entry and the runtime member
 /// that handles it.
 #define SHUNT_MPI_SETUP_CALLS(X)                                                                        \
     X(pack, Pack,                                                                                       \
@@ -60,6 +63,88 @@
       (const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void* recvbuf,         \
        const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm),                             \
       (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm))
+
+#define SHUNT_MPI_NBC_CALLS(X)                                                                                         \
+    X(iallreduce, Iallreduce,                                                                                          \
+      (const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,                 \
+       MPI_Request* request),                                                                                          \
+      (sendbuf, recvbuf, count, datatype, op, comm, request))                                                          \
+    X(ireduce, Ireduce,                                                                                                \
+      (const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,       \
+       MPI_Request* request),                                                                                          \
+      (sendbuf, recvbuf, count, datatype, op, root, comm, request))                                                    \
+    X(ireduce_scatter_block, Ireduce_scatter_block,                                                                    \
+      (const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,             \
+       MPI_Request* request),                                                                                          \
+      (sendbuf, recvbuf, recvcount, datatype, op, comm, request))                                                      \
+    X(ireduce_scatter, Ireduce_scatter,                                                                                \
+      (const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,    \
+       MPI_Request* request),                                                                                          \
+      (sendbuf, recvbuf, recvcounts, datatype, op, comm, request))                                                     \
+    X(iallgather, Iallgather,                                                                                          \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, \
+       MPI_Comm comm, MPI_Request* request),                                                                           \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))                                     \
+    X(iallgatherv, Iallgatherv,                                                                                        \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],               \
+       const int displs[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request),                                \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request))                            \
+    X(ibcast, Ibcast, (void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Request* request), \
+      (buffer, count, datatype, root, comm, request))                                                                  \
+    X(ialltoall, Ialltoall,                                                                                            \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, \
+       MPI_Comm comm, MPI_Request* request),                                                                           \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request))                                     \
+    X(ialltoallv, Ialltoallv,                                                                                          \
+      (const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void* recvbuf,         \
+       const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request),       \
+      (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request))
+
+/// MPI 4's persistent collectives, where the library's mpi.h declares them (MPICH 4; Open MPI 4.1
+/// has only its MPIX_ extension, which goes to the library untouched).
+#if MPI_VERSION >= 4
+#define SHUNT_HAVE_PERSISTENT_COLLECTIVES 1
+#define SHUNT_MPI_PERSISTENT_CALLS(X)                                                                                  \
+    X(allreduce_init, Allreduce_init,                                                                                  \
+      (const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Info info,  \
+       MPI_Request* request),                                                                                          \
+      (sendbuf, recvbuf, count, datatype, op, comm, info, request))                                                    \
+    X(reduce_init, Reduce_init,                                                                                        \
+      (const void* sendbuf, void* recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,       \
+       MPI_Info info, MPI_Request* request),                                                                           \
+      (sendbuf, recvbuf, count, datatype, op, root, comm, info, request))                                              \
+    X(reduce_scatter_block_init, Reduce_scatter_block_init,                                                            \
+      (const void* sendbuf, void* recvbuf, int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,             \
+       MPI_Info info, MPI_Request* request),                                                                           \
+      (sendbuf, recvbuf, recvcount, datatype, op, comm, info, request))                                                \
+    X(reduce_scatter_init, Reduce_scatter_init,                                                                        \
+      (const void* sendbuf, void* recvbuf, const int recvcounts[], MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,    \
+       MPI_Info info, MPI_Request* request),                                                                           \
+      (sendbuf, recvbuf, recvcounts, datatype, op, comm, info, request))                                               \
+    X(allgather_init, Allgather_init,                                                                                  \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, \
+       MPI_Comm comm, MPI_Info info, MPI_Request* request),                                                            \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))                               \
+    X(allgatherv_init, Allgatherv_init,                                                                                \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, const int recvcounts[],               \
+       const int displs[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info, MPI_Request* request),                 \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, info, request))                      \
+    X(bcast_init, Bcast_init,                                                                                          \
+      (void* buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm, MPI_Info info, MPI_Request* request),  \
+      (buffer, count, datatype, root, comm, info, request))                                                            \
+    X(alltoall_init, Alltoall_init,                                                                                    \
+      (const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf, int recvcount, MPI_Datatype recvtype, \
+       MPI_Comm comm, MPI_Info info, MPI_Request* request),                                                            \
+      (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, info, request))                               \
+    X(alltoallv_init, Alltoallv_init,                                                                                  \
+      (const void* sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype, void* recvbuf,         \
+       const int recvcounts[], const int rdispls[], MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,               \
+       MPI_Request* request),                                                                                          \
+      (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, info, request))
+#else
+#define SHUNT_HAVE_PERSISTENT_COLLECTIVES 0
+#define SHUNT_MPI_PERSISTENT_CALLS(X)
+#endif
 
 #define SHUNT_MPI_FUSED_CALLS(X)                                                                                   \
     X(alltoallw, Alltoallw,                                                                                        \
@@ -152,5 +237,7 @@
       (request, flag, status))
 
 /// Every intercepted function, in report order.
-#define SHUNT_MPI_CALLS(X) \
-    SHUNT_MPI_SETUP_CALLS(X) SHUNT_MPI_COLL_CALLS(X) SHUNT_MPI_FUSED_CALLS(X) SHUNT_MPI_P2P_CALLS(X)
+#define SHUNT_MPI_CALLS(X)                                                                                \
+    SHUNT_MPI_SETUP_CALLS(X)                                                                              \
+    SHUNT_MPI_COLL_CALLS(X) SHUNT_MPI_NBC_CALLS(X) SHUNT_MPI_PERSISTENT_CALLS(X) SHUNT_MPI_FUSED_CALLS(X) \
+        SHUNT_MPI_P2P_CALLS(X)

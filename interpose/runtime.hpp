@@ -14,6 +14,7 @@
 #include "device.hpp"
 #include "fused.hpp"
 #include "mpi_calls.hpp"
+#include "nbc.hpp"
 #include "p2p.hpp"
 #include "pack.hpp"
 #include "type_memo.hpp"
@@ -49,8 +50,8 @@ private:
 /// What the shims delegate to, built lazily once: the state and lifecycle every executor shares
 /// (configuration, cost model, type cache, planner, counters, MPI's running state, device
 /// support, the report's registries), and one executor per family of calls: MPI_Pack/MPI_Unpack
-/// (pack.cpp), point-to-point (p2p.cpp), collectives (collectives.cpp), the fused alltoallw
-/// (fused.cpp). Every member is noexcept: shunt's failures are logged once and the call goes to
+/// (pack.cpp), point-to-point (p2p.cpp), collectives (collectives.cpp), their nonblocking and
+/// persistent schedules in flight (nbc.cpp), the fused alltoallw (fused.cpp). Every member is noexcept: shunt's failures are logged once and the call goes to
 /// the library; the library's return code is returned unchanged. Thread-safe under
 /// MPI_THREAD_MULTIPLE. Never destroyed: shims may run during static destruction, and requests
 /// may complete during exit.
@@ -79,6 +80,7 @@ public:
     const planner& pack_planner() const noexcept { return planner_; }
     device_support& devices() noexcept { return devices_; }
     coll_executor& collectives() noexcept { return colls_; }
+    nbc_executor& nbc() noexcept { return nbc_; }
 
     /// True between MPI_Init (however MPI was started) and MPI_Finalize.
     bool running() noexcept {
@@ -161,6 +163,7 @@ private:
     pack_executor pack_{*this};
     p2p_executor p2p_{*this};
     coll_executor colls_{*this};
+    nbc_executor nbc_{*this};
     fused_executor fused_{*this};
 };
 
