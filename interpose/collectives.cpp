@@ -363,8 +363,9 @@ nonblocking_plan::pick coll_executor::nonblocking_pick(shim s, context& ctx, col
     if (rt_.cfg().coll == coll_choice::shunt) forced = coll_method::hierarchical;
     pick = ctx.nbc->choose(*ctx.tuner, op, f.bytes, f.live, forced);
     const int cls = std::clamp(collective_tuner::size_class(f.bytes), 1, nonblocking_plan::max_class) - 1;
-    auto& logged =
-        ctx.nbc_logged[static_cast<std::size_t>(op) * nonblocking_plan::max_class + static_cast<std::size_t>(cls)];
+    auto& logged = ctx.nbc_logged[(static_cast<std::size_t>(s) - static_cast<std::size_t>(first_collective)) *
+                                      nonblocking_plan::max_class +
+                                  static_cast<std::size_t>(cls)];
     if (rt_.cfg().log.enabled(log_level::debug, log_category::decide) && ctx.topo->rank() == 0 &&
         !logged.exchange(true)) {
         const coll_shape& shape = ctx.tuner->shape();

@@ -51,8 +51,11 @@ public:
         /// it, handed out in call order (the same on every rank).
         int tag_first = 0, tag_span = 0;
         std::atomic<std::uint64_t> nbc_calls{0}, persistent_calls{0};
-        /// Nonblocking decisions already logged, per operation and size class.
-        std::array<std::atomic<bool>, coll_op_names.size() * nonblocking_plan::max_class> nbc_logged{};
+        /// Nonblocking and persistent decisions already logged, per shim and size class.
+        std::array<std::atomic<bool>,
+                   (static_cast<std::size_t>(last_collective) - static_cast<std::size_t>(first_collective) + 1) *
+                       nonblocking_plan::max_class>
+            nbc_logged{};
     };
 
     /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`.

@@ -309,7 +309,39 @@ int nbc_executor::wait(MPI_Request* request, MPI_Status* status) noexcept {
 }
 
 int nbc_executor::wait_all(int n, MPI_Request requests[], MPI_Status statuses[]) noexcept {
-    return poll([&](int* done) { return PMPI_Testall(n, requests, done, statuses); });
+    // Each request tested on its own: MPICH 4.0.2's MPI_Testall reports its own persistent
+    // collectives in flight as failed (MPI_ERR_IN_STATUS, MPI_ERR_PENDING), where MPI_Test does not.
+    if (n <= 0 || requests == nullptr) return PMPI_Waitall(n, requests, statuses);
+    std::vector<char> done;
+    try {
+        done.assign(static_cast<std::size_t>(n), 0);
+    } catch (...) {
+        return PMPI_Waitall(n, requests, statuses);  // no memory: the library's wait, without progress
+    }
+    bool failed = false;
+    int left = n;
+    MPI_Status ignored;
+    while (left > 0) {
+        progress();
+        for (int i = 0; i < n; ++i) {
+            if (done[static_cast<std::size_t>(i)]) continue;
+            MPI_Status* st = statuses == MPI_STATUSES_IGNORE ? &ignored : &statuses[i];
+            int flag = 0;
+            const int rc = PMPI_Test(&requests[i], &flag, st);
+            if (rc != MPI_SUCCESS) {
+                st->MPI_ERROR = rc;
+                failed = true;
+                flag = 1;
+            } else if (flag) {
+                st->MPI_ERROR = MPI_SUCCESS;
+            }
+            if (flag) {
+                done[static_cast<std::size_t>(i)] = 1;
+                --left;
+            }
+        }
+    }
+    return failed ? MPI_ERR_IN_STATUS : MPI_SUCCESS;
 }
 
 int nbc_executor::polling_waiter::wait_all(std::span<MPI_Request> requests) {

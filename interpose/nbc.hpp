@@ -80,7 +80,7 @@ public:
     void progress() noexcept;
     /// Completes `*request` (the library's) while progressing: PMPI_Wait's result.
     int wait(MPI_Request* request, MPI_Status* status) noexcept;
-    /// Completes requests[0..n) while progressing: PMPI_Waitall's result.
+    /// Completes requests[0..n) while progressing, as PMPI_Waitall would (statuses, result).
     int wait_all(int n, MPI_Request requests[], MPI_Status statuses[]) noexcept;
     /// Polls `test` (a call returning an MPI code and setting *done) with progress between tries,
     /// until done or an error: how shunt's blocking calls wait while schedules are in flight.
