@@ -68,6 +68,7 @@ public:
     // that hand the call to its executor (defined in the executor's file).
 #define SHUNT_ENTRY_(name, Name, params, args) int name params noexcept;
     SHUNT_MPI_CALLS(SHUNT_ENTRY_)
+    SHUNT_MPI_LARGE_CALLS(SHUNT_ENTRY_)  // large_count.cpp
 #undef SHUNT_ENTRY_
 
     // ---- for the executors ----
