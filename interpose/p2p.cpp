@@ -210,16 +210,6 @@ std::int64_t deliver(const p2p_executor::request& r, const MPI_Status& st, int e
     return n;
 }
 
-/// The library's blocking send of shim `s`'s mode.
-int send_call(shim s, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-    switch (s) {
-        case shim::ssend: return PMPI_Ssend(buf, count, type, dest, tag, comm);
-        case shim::rsend: return PMPI_Rsend(buf, count, type, dest, tag, comm);
-        case shim::bsend: return PMPI_Bsend(buf, count, type, dest, tag, comm);
-        default: return PMPI_Send(buf, count, type, dest, tag, comm);
-    }
-}
-
 /// The library's nonblocking send of shim `s`'s mode.
 int isend_call(shim s, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                MPI_Request* r) {
@@ -229,6 +219,64 @@ int isend_call(shim s, const void* buf, int count, MPI_Datatype type, int dest, 
         case shim::ibsend: return PMPI_Ibsend(buf, count, type, dest, tag, comm, r);
         default: return PMPI_Isend(buf, count, type, dest, tag, comm, r);
     }
+}
+
+// The library's blocking calls. While shunt's collectives are in flight each is its nonblocking
+// form waited for polling, so that they move on while this rank waits (another rank may be
+// waiting for them before it sends what this call waits for).
+
+/// The library's blocking send of shim `s`'s mode (a buffered send returns at once anyway).
+int send_call(nbc_executor& x, shim s, const void* buf, int count, MPI_Datatype type, int dest, int tag,
+              MPI_Comm comm) {
+    if (x.in_flight() && s != shim::bsend) {
+        MPI_Request r = MPI_REQUEST_NULL;
+        const shim mode = s == shim::ssend ? shim::issend : s == shim::rsend ? shim::irsend : shim::isend;
+        const int rc = isend_call(mode, buf, count, type, dest, tag, comm, &r);
+        return rc != MPI_SUCCESS ? rc : x.wait(&r, MPI_STATUS_IGNORE);
+    }
+    switch (s) {
+        case shim::ssend: return PMPI_Ssend(buf, count, type, dest, tag, comm);
+        case shim::rsend: return PMPI_Rsend(buf, count, type, dest, tag, comm);
+        case shim::bsend: return PMPI_Bsend(buf, count, type, dest, tag, comm);
+        default: return PMPI_Send(buf, count, type, dest, tag, comm);
+    }
+}
+
+int recv_call(nbc_executor& x, void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+              MPI_Status* status) {
+    if (!x.in_flight()) return PMPI_Recv(buf, count, type, source, tag, comm, status);
+    MPI_Request r = MPI_REQUEST_NULL;
+    const int rc = PMPI_Irecv(buf, count, type, source, tag, comm, &r);
+    return rc != MPI_SUCCESS ? rc : x.wait(&r, status);
+}
+
+int sendrecv_call(nbc_executor& x, const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                  void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                  MPI_Status* status) {
+    if (!x.in_flight())
+        return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+                             comm, status);
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int rc = PMPI_Irecv(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[0]);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = PMPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &r[1]);
+    if (rc != MPI_SUCCESS) {
+        PMPI_Cancel(&r[0]);
+        PMPI_Wait(&r[0], MPI_STATUS_IGNORE);
+        return rc;
+    }
+    MPI_Status st[2];
+    rc = x.wait_all(2, r, st);
+    if (status != MPI_STATUS_IGNORE) *status = st[0];
+    // Waitall reports an entry's error in its status; MPI_Sendrecv returns it.
+    return rc == MPI_ERR_IN_STATUS ? (st[0].MPI_ERROR != MPI_SUCCESS ? st[0].MPI_ERROR : st[1].MPI_ERROR) : rc;
+}
+
+int mrecv_call(nbc_executor& x, void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status) {
+    if (!x.in_flight()) return PMPI_Mrecv(buf, count, type, message, status);
+    MPI_Request r = MPI_REQUEST_NULL;
+    const int rc = PMPI_Imrecv(buf, count, type, message, &r);
+    return rc != MPI_SUCCESS ? rc : x.wait(&r, status);
 }
 
 /// The library's persistent send of shim `s`'s mode.
@@ -335,12 +383,16 @@ int runtime::imrecv(void* buf, int count, MPI_Datatype datatype, MPI_Message* me
 
 int runtime::start(MPI_Request* request) noexcept {
     count(shim::start);
-    return p2p_.start(shim::start, 1, request);
+    const int rc = p2p_.start(shim::start, 1, request);
+    if (rc == MPI_SUCCESS) nbc_.start_persistent(shim::start, 1, request);
+    return rc;
 }
 
 int runtime::startall(int count, MPI_Request array_of_requests[]) noexcept {
     this->count(shim::startall);
-    return p2p_.start(shim::startall, count, array_of_requests);
+    const int rc = p2p_.start(shim::startall, count, array_of_requests);
+    if (rc == MPI_SUCCESS) nbc_.start_persistent(shim::startall, count, array_of_requests);
+    return rc;
 }
 
 int runtime::wait(MPI_Request* request, MPI_Status* status) noexcept {
@@ -387,11 +439,13 @@ int runtime::testsome(int incount, MPI_Request array_of_requests[], int* outcoun
 
 int runtime::request_free(MPI_Request* request) noexcept {
     count(shim::request_free);
+    if (request != nullptr && nbc_.owns(*request)) return nbc_.request_free(request);
     return p2p_.request_free(request);
 }
 
 int runtime::cancel(MPI_Request* request) noexcept {
     count(shim::cancel);
+    if (request != nullptr && nbc_.owns(*request)) return nbc_.cancel(request);  // refused, as the library's
     return PMPI_Cancel(request);  // a cancelled receive is not unpacked at its completion
 }
 
@@ -491,7 +545,7 @@ void p2p_executor::keep(shim s, MPI_Request handle, request&& r) noexcept {
 
 int p2p_executor::send(const call& c, int tag, MPI_Comm comm) noexcept {
     if (live()) progress_detached();
-    const auto library = [&] { return send_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm); };
+    const auto library = [&] { return send_call(rt_.nbc(), c.s, c.buf, c.count, c.type, c.peer, tag, comm); };
     if (host_run(c)) {
         rt_.count_pass(direction::send, pass_reason::contiguous);
         return library();
@@ -513,7 +567,7 @@ int p2p_executor::send(const call& c, int tag, MPI_Comm comm) noexcept {
         return library();
     }
     // Buffered mode copies into the attached buffer before returning: the block is free after.
-    const int rc = send_call(c.s, block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm);
+    const int rc = send_call(rt_.nbc(), c.s, block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm);
     gpu::pool_release(block);
     rt_.count_done(direction::send, p.bytes);
     rt_.count_handled(c.s);
@@ -595,7 +649,7 @@ int p2p_executor::send_init(const call& c, int tag, MPI_Comm comm, MPI_Request* 
 int p2p_executor::recv(const call& c, int tag, MPI_Comm comm, MPI_Status* status) noexcept {
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
-    const auto library = [&] { return PMPI_Recv(buf, c.count, c.type, c.peer, tag, comm, status); };
+    const auto library = [&] { return recv_call(rt_.nbc(), buf, c.count, c.type, c.peer, tag, comm, status); };
     if (host_run(c)) {
         rt_.count_pass(direction::recv, pass_reason::contiguous);
         return library();
@@ -616,7 +670,7 @@ int p2p_executor::recv(const call& c, int tag, MPI_Comm comm, MPI_Status* status
     }
     MPI_Status local;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Recv(block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm, st);
+    const int rc = recv_call(rt_.nbc(), block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm, st);
     if (delivered(rc)) {
         try {
             const std::int64_t n = written_bytes(rc, *st, p.bytes, comm);
@@ -708,8 +762,8 @@ int p2p_executor::sendrecv(const call& sc, int sendtag, const call& rc_, int rec
     if (live()) progress_detached();
     void* const recvbuf = const_cast<void*>(rc_.buf);
     const auto library = [&] {
-        return PMPI_Sendrecv(sc.buf, sc.count, sc.type, sc.peer, sendtag, recvbuf, rc_.count, rc_.type, rc_.peer,
-                             recvtag, comm, status);
+        return sendrecv_call(rt_.nbc(), sc.buf, sc.count, sc.type, sc.peer, sendtag, recvbuf, rc_.count, rc_.type,
+                             rc_.peer, recvtag, comm, status);
     };
     plan sp, rp;
     // The send plan's type stays valid through the second lookup: the type cache holds it, and
@@ -735,10 +789,10 @@ int p2p_executor::sendrecv(const call& sc, int sendtag, const call& rc_, int rec
     MPI_Status local;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
     const bool ss = swhy == pass_reason::none, rs = rwhy == pass_reason::none;
-    const int rc =
-        PMPI_Sendrecv(ss ? sblock.ptr : sc.buf, ss ? static_cast<int>(sp.bytes) : sc.count, ss ? MPI_PACKED : sc.type,
-                      sc.peer, sendtag, rs ? rblock.ptr : recvbuf, rs ? static_cast<int>(rp.bytes) : rc_.count,
-                      rs ? MPI_PACKED : rc_.type, rc_.peer, recvtag, comm, st);
+    const int rc = sendrecv_call(rt_.nbc(), ss ? sblock.ptr : sc.buf, ss ? static_cast<int>(sp.bytes) : sc.count,
+                                 ss ? MPI_PACKED : sc.type, sc.peer, sendtag, rs ? rblock.ptr : recvbuf,
+                                 rs ? static_cast<int>(rp.bytes) : rc_.count, rs ? MPI_PACKED : rc_.type, rc_.peer,
+                                 recvtag, comm, st);
     if (ss) rt_.count_done(direction::send, sp.bytes);
     if (rs && delivered(rc)) {
         try {
@@ -807,7 +861,7 @@ int p2p_executor::mrecv(const call& c, MPI_Message* message, MPI_Status* status)
                                 : plan_call(c, false, p);
     if (why != pass_reason::none) {
         rt_.count_pass(direction::recv, why);
-        return PMPI_Mrecv(buf, c.count, c.type, message, status);
+        return mrecv_call(rt_.nbc(), buf, c.count, c.type, message, status);
     }
     gpu::pool_block block;
     try {
@@ -815,11 +869,11 @@ int p2p_executor::mrecv(const call& c, MPI_Message* message, MPI_Status* status)
     } catch (const std::exception& e) {
         rt_.internal_failure(c.s, e.what());
         rt_.count_pass(direction::recv, pass_reason::internal);
-        return PMPI_Mrecv(buf, c.count, c.type, message, status);
+        return mrecv_call(rt_.nbc(), buf, c.count, c.type, message, status);
     }
     MPI_Status local;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Mrecv(block.ptr, static_cast<int>(p.bytes), MPI_PACKED, message, st);
+    const int rc = mrecv_call(rt_.nbc(), block.ptr, static_cast<int>(p.bytes), MPI_PACKED, message, st);
     if (delivered(rc)) {
         try {
             const std::int64_t n = written_bytes(rc, *st, p.bytes, MPI_COMM_NULL);
@@ -1035,6 +1089,7 @@ void p2p_executor::drain() noexcept {
 template <class Library, class Settle>
 int p2p_executor::complete(shim s, int n, const MPI_Request* requests, MPI_Status* given, bool array, Library library,
                            Settle settle) noexcept {
+    rt_.nbc().progress();  // shunt's collectives in flight move on every completion call
     if (!live()) return library(given);
     const bool waits = s == shim::wait || s == shim::waitall || s == shim::waitany || s == shim::waitsome;
     progress_detached();
@@ -1078,7 +1133,11 @@ bool p2p_executor::settle_some(shim s, std::vector<claimed>& mine, int rc, const
 
 int p2p_executor::wait(MPI_Request* request, MPI_Status* status) noexcept {
     return complete(
-        shim::wait, 1, request, status, false, [&](MPI_Status* st) { return PMPI_Wait(request, st); },
+        shim::wait, 1, request, status, false,
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            return x.in_flight() ? x.wait(request, st) : PMPI_Wait(request, st);
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             // MPI_Wait completes the request, with an error of its own or not.
             finish(shim::wait, mine[0].r, *st, rc, mine[0].handle);
@@ -1101,7 +1160,11 @@ int p2p_executor::test(MPI_Request* request, int* flag, MPI_Status* status) noex
 
 int p2p_executor::waitall(int n, MPI_Request requests[], MPI_Status statuses[]) noexcept {
     return complete(
-        shim::waitall, n, requests, statuses, true, [&](MPI_Status* st) { return PMPI_Waitall(n, requests, st); },
+        shim::waitall, n, requests, statuses, true,
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            return x.in_flight() ? x.wait_all(n, requests, st) : PMPI_Waitall(n, requests, st);
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             for (auto& c : mine) {
                 const MPI_Status& e = st[c.index];
@@ -1135,7 +1198,12 @@ int p2p_executor::testall(int n, MPI_Request requests[], int* flag, MPI_Status s
 
 int p2p_executor::waitany(int n, MPI_Request requests[], int* index, MPI_Status* status) noexcept {
     return complete(
-        shim::waitany, n, requests, status, false, [&](MPI_Status* st) { return PMPI_Waitany(n, requests, index, st); },
+        shim::waitany, n, requests, status, false,
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            if (!x.in_flight()) return PMPI_Waitany(n, requests, index, st);
+            return x.poll([&](int* done) { return PMPI_Testany(n, requests, index, done, st); });
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             bool any = false;
             for (auto& c : mine) {
@@ -1172,7 +1240,15 @@ int p2p_executor::waitsome(int n, MPI_Request requests[], int* outcount, int ind
                            MPI_Status statuses[]) noexcept {
     return complete(
         shim::waitsome, n, requests, statuses, true,
-        [&](MPI_Status* st) { return PMPI_Waitsome(n, requests, outcount, indices, st); },
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            if (!x.in_flight()) return PMPI_Waitsome(n, requests, outcount, indices, st);
+            return x.poll([&](int* done) {
+                const int rc = PMPI_Testsome(n, requests, outcount, indices, st);
+                *done = outcount == nullptr || *outcount != 0;  // some completed, or none active (MPI_UNDEFINED)
+                return rc;
+            });
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             return settle_some(shim::waitsome, mine, rc, st, outcount, indices);
         });

@@ -174,6 +174,12 @@ def check_program(args):
 
 COLLECTIVES = ["MPI_Allreduce", "MPI_Reduce", "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather",
                "MPI_Allgatherv", "MPI_Bcast", "MPI_Alltoall", "MPI_Alltoallv"]
+FUSED = ["MPI_Alltoallw", "MPI_Neighbor_alltoallw"]
+
+
+def nonblocking(call):
+    """MPI_Iallreduce, MPI_Allreduce_init, ...: decided by the nonblocking plan."""
+    return call.endswith("_init") or (call.startswith("MPI_I") and call[5:6].islower())
 
 
 def check_collectives(args, n, same):
@@ -193,7 +199,7 @@ def check_collectives(args, n, same):
             expect(by_shunt > 0, f"{call}: no call ran in shunt with SHUNT_COLL=shunt", p, c)
         else:
             expect(by_shunt == 0, f"{call}: a single rank has nothing for shunt to do", p, c)
-        if n > 1 and args.coll_calls:  # the fused collectives' decisions are in the report too
+        if n > 1 and call in FUSED:  # the fused collectives' decisions are in the report too
             m = re.search(rf"^shunt\[rank 0\]:\s+{call} on (\d+) communicators? of {n} ranks -> shunt's fused packing "
                           r"\(forced\) x (\d+) \(forced by SHUNT_COLL\)$", p.stderr, re.M)
             expect(m is not None and int(m.group(2)) > 0, f"{call}: the report must list the forced decision", p, c)
@@ -201,8 +207,9 @@ def check_collectives(args, n, same):
     p, c = same("preloaded, SHUNT_COLL=auto SHUNT_LOG=decide SHUNT_REPORT=summary", "preload",
                 {"SHUNT_COLL": "auto", "SHUNT_LOG": "decide", "SHUNT_TOPOLOGY": args.collectives,
                  "SHUNT_REPORT": "summary"}, lambda s: True)
-    if n > 1 and args.coll_calls:  # the fused collectives: one measured decision per communicator
-        for call in checked:
+    fused = [call for call in checked if call in FUSED]
+    if n > 1 and fused:  # the fused collectives: one measured decision per communicator
+        for call in fused:
             expect(re.search(rf"^shunt\[rank 0\]: decide: {call} on a communicator of \d+ ranks: (shunt's fused "
                              r"packing|the library), kept for the communicator \(library measured [0-9.e+-]+ us, "
                              r"shunt [0-9.e+-]+ us\)$", p.stderr, re.M),
@@ -211,6 +218,13 @@ def check_collectives(args, n, same):
                              r"packing|the library) x \d+ \(library measured [0-9.e+-]+ us, shunt [0-9.e+-]+ us\)$",
                              p.stderr, re.M),
                    f"SHUNT_REPORT must list {call}'s measured decision", p, c)
+    elif n > 1 and any(nonblocking(call) for call in checked):
+        # Nonblocking and persistent calls say where their decision comes from.
+        for call in (c for c in checked if nonblocking(c)):
+            expect(re.search(rf"^shunt\[rank 0\]: decide: {call} of \d+ bytes on p\d+\S*: (the library|shunt's schedule"
+                             r"( over \S+| flat)?) \(nonblocking: (the blocking calls' decision|the model's plan, agreed "
+                             r"when the communicator was set up)\)$", p.stderr, re.M),
+                   f"SHUNT_LOG=decide must show {call}'s decisions", p, c)
     elif n > 1:
         # shunt's schedule says which levels it runs over when the shape has levels, and the
         # predictions of each set of levels when more than one competed.
