@@ -119,6 +119,8 @@ struct compress_shape {
     coll_shape coll;
     int per_node = 1;  ///< ranks in each group of the outermost level (1: no level)
     bool regular = true;  ///< every group of every level has the same size
+    /// The exact path may run shunt's schedule (false under SHUNT_COLL=library: the library's).
+    bool exact_schedules = true;
 
     int ranks() const { return coll.ranks; }
     int nodes() const { return per_node > 0 ? std::max(1, coll.ranks / per_node) : 1; }
@@ -196,17 +198,40 @@ inline double library_time(const cost_model& m, const coll_shape& s, coll_op op,
 }
 
 /// The exact collective as the collective planner would run it: the faster of the library and
-/// shunt's schedule over every level, by their tables or the analytic model.
-inline double exact_time(const cost_model& m, const coll_shape& s, coll_op op, double bytes) {
-    const double lib = library_time(m, s, op, bytes);
-    double hier = std::numeric_limits<double>::infinity();
-    if (!s.level_names.empty()) {
-        if (const time_table* t = m.find(table_names::collective(op, coll_method::hierarchical, s)))
-            hier = t->predict(bytes);
-        else
-            hier = analytic_collective(m.params(), op, coll_method::hierarchical, s, bytes);
-    }
-    return std::min(lib, hier);
+/// (where `s.exact_schedules`) shunt's schedule over every level: their measured tables, else
+/// the analytic model; on a shape of equal nodes shunt's schedule is predicted as the compressed
+/// hierarchical schemes are (the node's rails sharing its outer link), so that the two compare
+/// on the same terms.
+inline double exact_time(const cost_model& m, const compress_shape& s, coll_op op, double bytes);
+
+}  // namespace detail
+
+namespace detail {
+
+/// The inner (inside a node) and outer (between nodes) links of a shape.
+inline link_rate inner_link(const cost_model& m, const compress_shape& s) {
+    const std::size_t top = s.coll.level_names.empty() ? 0 : s.coll.level_names.size() - 1;
+    return rate_of(m, link_of(m.params(), s.coll, top));
+}
+inline link_rate outer_link(const cost_model& m, const compress_shape& s) {
+    return rate_of(m, link_of(m.params(), s.coll, s.coll.level_names.size()));
+}
+
+inline double exact_time(const cost_model& m, const compress_shape& s, coll_op op, double bytes) {
+    const double lib = library_time(m, s.coll, op, bytes);
+    if (!s.exact_schedules || s.coll.level_names.empty()) return lib;
+    if (const time_table* t = m.find(table_names::collective(op, coll_method::hierarchical, s.coll)))
+        return std::min(lib, t->predict(bytes));
+    if (!s.hierarchical() || (op != coll_op::allreduce && op != coll_op::reduce_scatter_block))
+        return std::min(lib, analytic_collective(m.params(), op, coll_method::hierarchical, s.coll, bytes));
+    const int q = s.per_node, n = s.nodes();
+    const link_rate inner = inner_link(m, s), outer = outer_link(m, s);
+    double t = flat_time(coll_op::reduce_scatter_block, q, bytes, inner, 1);
+    if (op == coll_op::allreduce)
+        t += flat_time(coll_op::allreduce, n, bytes / q, outer, q) + flat_time(coll_op::allgather, q, bytes, inner, 1);
+    else
+        t += flat_time(coll_op::reduce_scatter_block, n, bytes / q, outer, q);
+    return std::min(lib, t);
 }
 
 }  // namespace detail
@@ -222,7 +247,7 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
     const double x = static_cast<double>(count) * element_bytes;  // the exact collective's bytes
     const coll_op whole = op == compress_op::allreduce ? coll_op::allreduce : coll_op::reduce_scatter_block;
     if (o.exact()) {
-        c.comm = detail::exact_time(m, s.coll, whole, x);
+        c.comm = detail::exact_time(m, s, whole, x);
         return c;
     }
     const compress::method me = o.method;
@@ -275,10 +300,7 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
     } else {
         // Inside the node on its link, between nodes on the outer link that the node's q rails share.
         const int q = s.per_node, n = s.nodes();
-        const analytic_params& ap = m.params();
-        const std::size_t top = s.coll.level_names.empty() ? 0 : s.coll.level_names.size() - 1;
-        const detail::link_rate inner = detail::rate_of(m, detail::link_of(ap, s.coll, top));
-        const detail::link_rate outer = detail::rate_of(m, detail::link_of(ap, s.coll, s.coll.level_names.size()));
+        const detail::link_rate inner = detail::inner_link(m, s), outer = detail::outer_link(m, s);
         const double inside = detail::flat_time(coll_op::reduce_scatter_block, q, x, inner, 1) +
                               detail::flat_time(coll_op::allgather, q, x, inner, 1);
         const double fo = f / q, cb = compressed(fo);
@@ -332,8 +354,7 @@ inline std::vector<compress_option> compress_options(const compress_shape& s, co
                 if (sc == compress_scheme::allreduce && !sums) continue;
                 // A summable form's reduce-scatter is inside its allreduce already; compressing
                 // its sums again (and random-k's twice) only loses.
-                if (sc == compress_scheme::alltoall_allgather && (sums || op == compress_op::reduce_scatter))
-                    continue;
+                if (sc == compress_scheme::alltoall_allgather && (sums || op == compress_op::reduce_scatter)) continue;
                 for (const bool hier : {false, true}) {
                     if (hier && (op != compress_op::allreduce || !s.hierarchical())) continue;
                     out.push_back({sc, me, device, hier});

@@ -111,6 +111,15 @@ TEST_CASE("compress costs: the hierarchical int8 allgather worked by hand from t
     const double pass = half / p.memcpy_bytes_per_s;
     CHECK(c.encode == doctest::Approx((enc + pass + dec + 2 * pass) * (1 + shunt::compress_margin)).epsilon(1e-9));
     CHECK(c.decode == doctest::Approx((2 * dec + pass) * (1 + shunt::compress_margin)).epsilon(1e-9));
+    // Exact: the faster of the library (a flat allreduce of 4 ranks on the network, 2 ranks of each
+    // node sharing its link) and shunt's schedule (the same exchanges inside the node, between
+    // nodes an allreduce of each rank's half on the shared link), with no margin.
+    const shunt::option_cost e = shunt::predict_option(m, shape, shunt::compress_op::allreduce, n, 4, {});
+    const double library = 4 * p.network.latency_s + 2 * 0.75 * x * 2 / p.network.bytes_per_s;
+    const double schedule = inside + 2 * p.network.latency_s + 2 * 0.5 * half * 2 / p.network.bytes_per_s;
+    CHECK(e.comm == doctest::Approx(std::min(library, schedule)).epsilon(1e-9));
+    CHECK(e.encode == 0);
+    CHECK(e.decode == 0);
 }
 
 TEST_CASE("compress costs: where compression pays and where it does not") {
