@@ -81,6 +81,29 @@ SHUNT_MPI_COLL_CALLS(SHUNT_COLL_ENTRY_)
 
 template <class Form>
 int coll_executor::run(shim s, mpi_coll_args a) noexcept {
+    if constexpr (Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block ||
+                  Form::op == coll_op::reduce_scatter) {
+        compress_executor& c = rt_.compression();
+        if (c.wanted()) {
+            struct call {
+                coll_executor* self;
+                shim s;
+                mpi_coll_args* a;
+            } x{this, s, &a};
+            return c.run(
+                s, Form::op, a,
+                [](void* p) noexcept {
+                    auto* x = static_cast<call*>(p);
+                    return x->self->template run_exact<Form>(x->s, *x->a);
+                },
+                &x);
+        }
+    }
+    return run_exact<Form>(s, a);
+}
+
+template <class Form>
+int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
     const auto library = [&] { return Form::library(a); };
     const auto pass = [&](pass_reason why) {
         rt_.count_pass(direction::collective, why);

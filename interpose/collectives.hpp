@@ -44,9 +44,14 @@ public:
         std::shared_ptr<collective_tuner> tuner;
     };
 
-    /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`.
+    /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`: the
+    /// float sums that may be compressed through the compression executor, which runs them
+    /// compressed or as run_exact().
     template <class Form>
     int run(shim s, mpi_coll_args a) noexcept;
+    /// Runs one call without compression.
+    template <class Form>
+    int run_exact(shim s, mpi_coll_args a) noexcept;
 
     /// True when collectives on comm may go to shunt at all (MPI running, not SHUNT_COLL=library).
     bool enabled(MPI_Comm comm) noexcept;
