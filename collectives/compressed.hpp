@@ -1,6 +1,10 @@
 // shunt/collectives/compressed.hpp: compressed allreduce (flat and hierarchical) and reduce-scatter of float tensors over MPI in host memory, in plan/compress.hpp's schemes, with error feedback per compression point and a guard that makes every rank fall back to exact alike when any rank meets NaN or Inf.
 #pragma once
 
+#include <shunt/collectives/flat_allgather.hpp>
+#include <shunt/collectives/flat_reduce_scatter.hpp>
+#include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/reduction.hpp>
 #include <shunt/compress/compress.hpp>
 #include <shunt/compress/error_feedback.hpp>
 #include <shunt/compress/mpi_op.hpp>
@@ -32,7 +36,7 @@ struct compression_point {
 /// the last call, which commit_feedback() applies once every rank has agreed the call succeeded.
 /// One per communicator (or thread). Not thread-safe.
 struct compressed_scratch {
-    std::vector<float> work, mine, acc, work2, mine2, owned, owned_out;
+    std::vector<float> work, mine, acc, work2, mine2, owned, owned_out, tmp;
     std::vector<std::uint32_t> send, recv;
     std::vector<int> counts, displs, counts2, displs2;
     compression_point* pending = nullptr;
@@ -85,19 +89,29 @@ inline std::int64_t slice_lo(std::int64_t n, int p, int i) {
 }
 inline std::int64_t slice_len(std::int64_t n, int p, int i) { return n / p + (i < n % p ? 1 : 0); }
 
-/// work = in (+ the point's residual when the method keeps feedback); returns false when `in`
-/// holds NaN or Inf.
-inline bool corrected_input(const compress_option& o, const float* in, std::int64_t n, compress::error_feedback& ef,
-                            std::vector<float>& work) {
-    const bool finite = compress::all_finite(in, n);
-    ensure(work, n);
-    if (uses_feedback(o.method)) {
-        ef.prepare(n, compress::element::f32);
-        ef.apply(in, n, work.data());
-    } else if (n > 0) {
-        std::memcpy(work.data(), in, static_cast<std::size_t>(n) * 4);
+/// What to compress: `in` itself, or where the method keeps feedback work = in + the point's
+/// residual (readied for n floats), in one pass that also finds whether it is finite (`finite`).
+inline const float* corrected_input(const compress_option& o, const float* in, std::int64_t n,
+                                    compress::error_feedback& ef, std::vector<float>& work, bool& finite) {
+    if (!uses_feedback(o.method)) {
+        // A form that keeps every element (the casts) or a scale per block (int8, int4, sign: NaN
+        // for a block with NaN or Inf) shows a non-finite input itself: compressed_finite() finds it.
+        const bool covered = o.method != compress::method::random_k && o.method != compress::method::top_k;
+        finite = covered || compress::all_finite(in, n);
+        return in;
     }
-    return finite;
+    ef.prepare(n, compress::element::f32);
+    ensure(work, n);
+    const float* r = ef.residual().data();
+    float* w = work.data();
+    std::uint32_t bad = 0;
+    for (std::int64_t i = 0; i < n; ++i) {  // vectorised by the compiler: no branch
+        const float x = in[i] + r[i];
+        w[i] = x;
+        bad |= static_cast<std::uint32_t>((compress::detail::bits_of(x) & 0x7fffffffu) >= compress::detail::inf_bits);
+    }
+    finite = bad == 0;
+    return w;
 }
 
 /// Compresses n floats of `work` into `out` (message_words words: the form, then the flag word
@@ -126,6 +140,23 @@ inline void stage_feedback(compressed_scratch& s, compression_point& pt, std::in
     s.pending_second = second;
 }
 
+/// Reduce-scatter (sum) of n floats of `in` among the members of `t` by pairwise exchanges, into
+/// `own` (member me's share of near-equal shares); `tmp` holds a share. Each share is summed by
+/// its owner, its own part first, then the others from the nearest member back (the same order
+/// in every run).
+template <class Transport>
+void pairwise_reduce_scatter(Transport& t, const float* in, std::int64_t n, float* own, std::vector<float>& tmp) {
+    const int q = t.size(), me = t.rank();
+    const std::int64_t lo = slice_lo(n, q, me), len = slice_len(n, q, me);
+    if (len > 0) std::memcpy(own, in + lo, static_cast<std::size_t>(len) * 4);
+    ensure(tmp, std::max<std::int64_t>(len, 1));
+    for (int step = 1; step < q; ++step) {
+        const int to = (me + step) % q, from = (me - step + q) % q;
+        t.sendrecv(to, in + slice_lo(n, q, to), 4 * slice_len(n, q, to), from, tmp.data(), 4 * len);
+        compress::combine(compress::sum_form::f32, tmp.data(), own, len);
+    }
+}
+
 /// The flat schemes over `comm`, the result into s.acc; feedback staged, not committed.
 inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int64_t n, const compress_option& o,
                                         compression_point& pt, compressed_scratch& s) {
@@ -135,7 +166,9 @@ inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int
     const compress::params prm = compress_params(o.method);
     const bool feedback = uses_feedback(o.method);
     const std::uint64_t step = pt.step;
-    bool bad = !corrected_input(o, in, n, pt.first, s.work);
+    bool finite = true;
+    const float* src = corrected_input(o, in, n, pt.first, s.work, finite);
+    bool bad = !finite;
     ensure(s.acc, n);
     if (feedback) ensure(s.mine, n);
     float* mine = feedback ? s.mine.data() : nullptr;
@@ -145,7 +178,7 @@ inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int
         if (form == compress::sum_form::none) throw error("compressed allreduce: this form does not sum");
         const std::int64_t words = message_words(prm, n);
         ensure(s.send, words);
-        bad = !compress_message(o, s.work.data(), n, s.send.data(), mine, step, bad) || bad;
+        bad = !compress_message(o, src, n, s.send.data(), mine, step, bad) || bad;
         // The flag word as a NaN of the form, so that the sum is NaN wherever some rank's is.
         const std::uint32_t nan_word = form == compress::sum_form::f32   ? 0x7fc00000u
                                        : form == compress::sum_form::f16 ? 0x7e007e00u
@@ -160,7 +193,7 @@ inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int
         const std::int64_t words = message_words(prm, n);
         ensure(s.send, words);
         ensure(s.recv, words * p);
-        compress_message(o, s.work.data(), n, s.send.data(), mine, step, bad);
+        compress_message(o, src, n, s.send.data(), mine, step, bad);
         SHUNT_CHECK_MPI(PMPI_Allgather(s.send.data(), mpi_count(words), MPI_UINT32_T, s.recv.data(), mpi_count(words),
                                        MPI_UINT32_T, comm));
         for (int r = 0; r < p; ++r)
@@ -191,7 +224,7 @@ inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int
         ensure(s.recv, std::max(total, mine_words * p));
         for (int j = 0; j < p; ++j) {
             const std::int64_t lo = slice_lo(n, p, j), len = slice_len(n, p, j);
-            compress_message(o, s.work.data() + lo, len, s.send.data() + s.displs[static_cast<std::size_t>(j)],
+            compress_message(o, src + lo, len, s.send.data() + s.displs[static_cast<std::size_t>(j)],
                              feedback ? mine + lo : nullptr, step, bad);
             s.counts2[static_cast<std::size_t>(j)] = mpi_count(mine_words);
             s.displs2[static_cast<std::size_t>(j)] = mpi_count(j * mine_words);
@@ -211,11 +244,12 @@ inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int
         }
         // The sum of my slice, compressed again.
         const std::uint64_t step2 = 2 * step + 1;
-        const bool sum_finite = corrected_input(o, s.owned.data(), mine_len, pt.second, s.work2);
+        bool sum_finite = true;
+        const float* src2 = corrected_input(o, s.owned.data(), mine_len, pt.second, s.work2, sum_finite);
         const bool bad2 = parts_bad || !sum_finite;
         if (feedback) ensure(s.mine2, mine_len);
         std::vector<std::uint32_t>& out = s.send;  // the slices are sent: reuse the buffer
-        compress_message(o, s.work2.data(), mine_len, out.data(), feedback ? s.mine2.data() : nullptr, step2, bad2);
+        compress_message(o, src2, mine_len, out.data(), feedback ? s.mine2.data() : nullptr, step2, bad2);
         SHUNT_CHECK_MPI(PMPI_Allgatherv(out.data(), mpi_count(mine_words), MPI_UINT32_T, s.recv.data(), s.counts.data(),
                                         s.displs.data(), MPI_UINT32_T, comm));
         for (int j = 0; j < p; ++j)
@@ -271,17 +305,16 @@ inline compressed_status compressed_allreduce(const compressed_comms& c, const f
         std::memcpy(out, s.acc.data(), static_cast<std::size_t>(count) * 4);
         return st;
     }
-    int q = 1, local = 0;
-    SHUNT_CHECK_MPI(PMPI_Comm_size(c.node, &q));
-    SHUNT_CHECK_MPI(PMPI_Comm_rank(c.node, &local));
-    std::vector<int> counts(static_cast<std::size_t>(q)), displs(static_cast<std::size_t>(q));
-    for (int k = 0; k < q; ++k) {
-        counts[static_cast<std::size_t>(k)] = detail::ccoll::mpi_count(detail::ccoll::slice_len(count, q, k));
-        displs[static_cast<std::size_t>(k)] = detail::ccoll::mpi_count(detail::ccoll::slice_lo(count, q, k));
-    }
-    const std::int64_t own = counts[static_cast<std::size_t>(local)];
+    // Inside the node shunt's own reduce-scatter and allgather over point-to-point messages (the
+    // libraries' MPI_Reduce_scatter can be several times slower on shared memory); `in` is only
+    // read, so it stays as it was until every rank knows the call succeeded.
+    mpi_transport node(c.node);
+    const int q = node.size(), local = node.rank();
+    std::vector<std::int64_t> share_bytes(static_cast<std::size_t>(q));
+    for (int k = 0; k < q; ++k) share_bytes[static_cast<std::size_t>(k)] = 4 * detail::ccoll::slice_len(count, q, k);
+    const std::int64_t own = detail::ccoll::slice_len(count, q, local), lo = detail::ccoll::slice_lo(count, q, local);
     detail::ccoll::ensure(s.owned_out, std::max<std::int64_t>(own, 1));
-    SHUNT_CHECK_MPI(PMPI_Reduce_scatter(in, s.owned_out.data(), counts.data(), MPI_FLOAT, MPI_SUM, c.node));
+    detail::ccoll::pairwise_reduce_scatter(node, in, count, s.owned_out.data(), s.tmp);
     compress_option rail = o;
     rail.hierarchical = false;
     compressed_status st =
@@ -293,9 +326,11 @@ inline compressed_status compressed_allreduce(const compressed_comms& c, const f
         s.pending = nullptr;
         return compressed_status::not_finite;
     }
-    if (own > 0) commit_feedback(s);
-    SHUNT_CHECK_MPI(PMPI_Allgatherv(own > 0 ? s.acc.data() : s.owned_out.data(), static_cast<int>(own), MPI_FLOAT, out,
-                                    counts.data(), displs.data(), MPI_FLOAT, c.node));
+    if (own > 0) {
+        commit_feedback(s);
+        std::memcpy(out + lo, s.acc.data(), static_cast<std::size_t>(own) * 4);
+    }
+    flat_allgather(node, reinterpret_cast<std::byte*>(out), share_bytes);
     return compressed_status::done;
 }
 
@@ -320,7 +355,9 @@ inline compressed_status compressed_reduce_scatter(MPI_Comm comm, const float* i
     const compress::params prm = compress_params(o.method);
     const bool feedback = uses_feedback(o.method);
     const std::uint64_t step = pt.step;
-    bool bad = !detail::ccoll::corrected_input(o, in, n, pt.first, s.work);
+    bool finite = true;
+    const float* src = detail::ccoll::corrected_input(o, in, n, pt.first, s.work, finite);
+    const bool bad = !finite;
     if (feedback) detail::ccoll::ensure(s.mine, n);
     detail::ccoll::ensure(s.acc, std::max<std::int64_t>(mine_len, 1));
     s.counts.assign(static_cast<std::size_t>(p), 0);
@@ -334,10 +371,10 @@ inline compressed_status compressed_reduce_scatter(MPI_Comm comm, const float* i
     }
     detail::ccoll::ensure(s.send, total);
     for (int j = 0; j < p; ++j)
-        detail::ccoll::compress_message(
-            o, s.work.data() + lo[static_cast<std::size_t>(j)], counts[static_cast<std::size_t>(j)],
-            s.send.data() + s.displs[static_cast<std::size_t>(j)],
-            feedback ? s.mine.data() + lo[static_cast<std::size_t>(j)] : nullptr, step, bad);
+        detail::ccoll::compress_message(o, src + lo[static_cast<std::size_t>(j)], counts[static_cast<std::size_t>(j)],
+                                        s.send.data() + s.displs[static_cast<std::size_t>(j)],
+                                        feedback ? s.mine.data() + lo[static_cast<std::size_t>(j)] : nullptr, step,
+                                        bad);
     const std::int64_t mine_words = detail::ccoll::message_words(prm, mine_len);
     bool mine_bad = false;
     if (o.scheme == compress_scheme::allreduce) {

@@ -108,9 +108,13 @@ inline std::string to_string(const compress_option& o) {
 /// with them).
 constexpr compress::params compress_params(compress::method m) { return compress::defaults(m); }
 
-/// True where a scheme keeps error feedback for `m`: every method but the FP16 and BF16 casts,
-/// whose rounding error is below what feedback would correct.
-constexpr bool uses_feedback(compress::method m) { return m != compress::method::fp16 && m != compress::method::bf16; }
+/// True where a scheme keeps error feedback for `m`: the sparsifying and 1-bit forms
+/// (compress::needs_error_feedback) and INT4. The FP16 and BF16 casts and INT8's block-wise
+/// quantisation (ZeRO++ and CGX send 8 bits without feedback) drop too little to be worth the
+/// three passes over the tensor that feedback costs.
+constexpr bool uses_feedback(compress::method m) {
+    return compress::needs_error_feedback(m) || m == compress::method::int4;
+}
 
 /// What the compression planner knows of a communicator: the collective planner's shape (for
 /// the model's collective tables and links) and its outermost level's groups, the "nodes" of the

@@ -106,10 +106,15 @@ TEST_CASE("compress costs: the hierarchical int8 allgather worked by hand from t
     const double form = half / 4 + 4 * std::ceil(half / 4 / 256) + 4;
     const double outer = p.network.latency_s + 0.5 * (2 * form) * 2 / p.network.bytes_per_s;
     CHECK(c.comm == doctest::Approx((inside + outer) * (1 + shunt::compress_margin)).epsilon(1e-9));
-    // Encode: the int8 table at the analytic rate, a guard pass, feedback's decode and two passes.
+    // Encode: the int8 table at the analytic rate and a guard pass (int8 keeps no feedback).
     const double enc = p.compress_call_s + half / 5e9, dec = p.compress_call_s + half / 8e9;
     const double pass = half / p.memcpy_bytes_per_s;
-    CHECK(c.encode == doctest::Approx((enc + pass + dec + 2 * pass) * (1 + shunt::compress_margin)).epsilon(1e-9));
+    CHECK(c.encode == doctest::Approx((enc + pass) * (1 + shunt::compress_margin)).epsilon(1e-9));
+    // int4 keeps feedback: its decode and two more passes on the encode side.
+    const shunt::option_cost c4 = shunt::predict_option(m, shape, shunt::compress_op::allreduce, n, 4,
+                                                        {compress_scheme::allgather, sc::method::int4, false, true});
+    const double enc4 = p.compress_call_s + half / 4e9, dec4 = p.compress_call_s + half / 6e9;
+    CHECK(c4.encode == doctest::Approx((enc4 + pass + dec4 + 2 * pass) * (1 + shunt::compress_margin)).epsilon(1e-9));
     CHECK(c.decode == doctest::Approx((2 * dec + pass) * (1 + shunt::compress_margin)).epsilon(1e-9));
     // Exact: the faster of the library (a flat allreduce of 4 ranks on the network, 2 ranks of each
     // node sharing its link) and shunt's schedule (the same exchanges inside the node, between
