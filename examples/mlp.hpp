@@ -157,15 +157,15 @@ public:
                 for (std::size_t q = 0; q < dx.size(); ++q)
                     if (acts_[static_cast<std::size_t>(l)][q] <= 0) dx[q] = 0;
             // The gradients of this layer, summed over the ranks as soon as they are known.
-            MPI_Allreduce(MPI_IN_PLACE, ly.dw.data(), static_cast<int>(ly.dw.size()), MPI_FLOAT, MPI_SUM, comm);
-            MPI_Allreduce(MPI_IN_PLACE, ly.db.data(), static_cast<int>(ly.db.size()), MPI_FLOAT, MPI_SUM, comm);
+            allreduce_(MPI_IN_PLACE, ly.dw.data(), static_cast<int>(ly.dw.size()), MPI_FLOAT, MPI_SUM, comm);
+            allreduce_(MPI_IN_PLACE, ly.db.data(), static_cast<int>(ly.db.size()), MPI_FLOAT, MPI_SUM, comm);
             const float scale = 1.0f / static_cast<float>(ranks);
             for (float& v : ly.dw) v *= scale;
             for (float& v : ly.db) v *= scale;
         }
         for (layer& ly : layers_) ly.update(c_.rate, c_.momentum);
         double total = loss / n;
-        MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, comm);
+        allreduce_(MPI_IN_PLACE, &total, 1, MPI_DOUBLE, MPI_SUM, comm);
         return total / ranks;
     }
 
@@ -188,6 +188,10 @@ public:
     const std::vector<layer>& layers() const { return layers_; }
     /// The learning rate from now on.
     void set_rate(float rate) { c_.rate = rate; }
+    /// The function that sums the gradients (MPI_Allreduce; a benchmark passes PMPI_Allreduce to
+    /// time the library without the preloaded shunt).
+    using allreduce_fn = int (*)(const void*, void*, int, MPI_Datatype, MPI_Op, MPI_Comm);
+    void set_allreduce(allreduce_fn f) { allreduce_ = f; }
 
 private:
     void forward(const dataset& d, int first, int n) {
@@ -202,6 +206,7 @@ private:
     }
 
     config c_;
+    allreduce_fn allreduce_ = &MPI_Allreduce;
     std::vector<layer> layers_;
     std::vector<float> acts_[4];  ///< input, and each layer's output (ReLU applied but the last)
     std::vector<float> grads_[3];  ///< the gradient at each layer's output
