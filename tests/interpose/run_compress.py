@@ -3,8 +3,11 @@
 program checking every float sum against the library's PMPI_ call) and compress_control (the header API).
 
   run_compress.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --sums PROGRAM --control PROGRAM
+                  --shunt-info I
 
 Each run has the built-in model (an empty cache directory) and these expectations:
+- shunt-info --explain compress: a 64 MiB sum on 2 nodes of 2 ranks chooses int8 (hierarchical allgather),
+  on one node of 4 it stays exact;
 - no SHUNT_COMPRESS, 1, 2 and 4 ranks: every result equals the library's bit for bit, and the report
   has no compression line (off by default: results as without compression);
 - SHUNT_COMPRESS=auto on a virtual topology of 2 nodes of 2 ranks (SHUNT_TOPOLOGY=node=2): results
@@ -49,6 +52,7 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--sums", required=True)
     ap.add_argument("--control", required=True)
+    ap.add_argument("--shunt-info", required=True)
     args = ap.parse_args()
 
     cache = tempfile.mkdtemp(prefix="shunt-compress-test-")
@@ -74,6 +78,13 @@ def main():
             fail(f"{what}: {len(counts)} compression report lines, expected {ranks}", p)
         return counts
 
+    # shunt-info's explanation: across 2 nodes a 64 MiB sum compresses, on one node it stays exact.
+    for per_node, want in (("2", "int8 host allgather, hierarchical"), ("4", "exact")):
+        p = subprocess.run([args.shunt_info, "--explain", "compress", str(64 << 20), "4", per_node, "auto"],
+                           capture_output=True, text=True, env=base, timeout=60)
+        chosen = re.findall(r"^  (.+?)\s+[0-9.]+ ms .*<- chosen", p.stdout, re.M)
+        if p.returncode != 0 or chosen != [want]:
+            fail(f"shunt-info --explain compress 64M 4 {per_node}: chose {chosen}, expected {want}", p)
     sums = args.sums
     # Off by default: exact, no compression line.
     for ranks in (1, 2, 4):
