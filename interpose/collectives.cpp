@@ -189,6 +189,29 @@ SHUNT_MPI_PERSISTENT_CALLS(SHUNT_INIT_ENTRY_)
 
 template <class Form>
 int coll_executor::run(shim s, mpi_coll_args a) noexcept {
+    if constexpr (Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block ||
+                  Form::op == coll_op::reduce_scatter) {
+        compress_executor& c = rt_.compression();
+        if (c.wanted()) {
+            struct call {
+                coll_executor* self;
+                shim s;
+                mpi_coll_args* a;
+            } x{this, s, &a};
+            return c.run(
+                s, Form::op, a,
+                [](void* p) noexcept {
+                    auto* x = static_cast<call*>(p);
+                    return x->self->template run_exact<Form>(x->s, *x->a);
+                },
+                &x);
+        }
+    }
+    return run_exact<Form>(s, a);
+}
+
+template <class Form>
+int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
     // The library's blocking call stays blocking: a nonblocking collective never matches a blocking
     // one, and the other ranks may have no schedule of shunt's in flight. It cannot progress
     // shunt's schedules while it waits (see nbc_executor); they move first.

@@ -58,7 +58,9 @@ public:
             nbc_logged{};
     };
 
-    /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`.
+    /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`: the
+    /// float sums that may be compressed through the compression executor, which runs them
+    /// compressed or as run_exact().
     template <class Form>
     int run(shim s, mpi_coll_args a) noexcept;
     /// Starts one nonblocking call (MPI_I<name>) of `Form`, its request into `*request`.
@@ -67,6 +69,9 @@ public:
     /// Makes one persistent collective (MPI_<Name>_init) of `Form`.
     template <class Form>
     int init(shim s, mpi_coll_args a, MPI_Info info, MPI_Request* request) noexcept;
+    /// Runs one call without compression.
+    template <class Form>
+    int run_exact(shim s, mpi_coll_args a) noexcept;
 
     /// True when collectives on comm may go to shunt at all (MPI running, not SHUNT_COLL=library).
     bool enabled(MPI_Comm comm) noexcept;

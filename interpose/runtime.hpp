@@ -10,6 +10,7 @@
 #include <shunt/plan/planner.hpp>
 
 #include "collectives.hpp"
+#include "compress.hpp"
 #include "counters.hpp"
 #include "device.hpp"
 #include "fused.hpp"
@@ -83,6 +84,7 @@ public:
     const planner& pack_planner() const noexcept { return planner_; }
     device_support& devices() noexcept { return devices_; }
     coll_executor& collectives() noexcept { return colls_; }
+    compress_executor& compression() noexcept { return compress_; }
     /// The NCCL executor, made on the first NCCL call (nccl.cpp, where NCCL's header is found);
     /// nullptr without memory.
     nccl_executor* nccl() noexcept;
@@ -170,6 +172,7 @@ private:
     p2p_executor p2p_{*this};
     coll_executor colls_{*this};
     nbc_executor nbc_{*this};
+    compress_executor compress_{*this};
     fused_executor fused_{*this};
     std::atomic<nccl_executor*> nccl_{nullptr};  ///< never deleted, as the runtime
 };

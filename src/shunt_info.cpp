@@ -9,6 +9,7 @@
 #include <shunt/plan/collective.hpp>
 #include <shunt/plan/nccl_tuner.hpp>
 #include <shunt/plan/nccl.hpp>
+#include <shunt/plan/compress.hpp>
 #include <shunt/plan/planner.hpp>
 #include <shunt/topology/gpu.hpp>
 #include <shunt/topology/locality.hpp>
@@ -59,6 +60,11 @@ void usage(std::FILE* to) {
         "  --explain nccl-OP BYTES [RANKS PER_NODE]\n"
         "                             shunt's choice for an NCCL collective (allreduce, reduce_scatter, allgather,\n"
         "                             broadcast, reduce) of BYTES on RANKS ranks in nodes of PER_NODE (default 8 4)\n"
+        "  --explain compress BYTES RANKS PER_NODE [COMPRESSORS]\n"
+        "                             the compression planner's options for a float MPI_Allreduce of BYTES on\n"
+        "                             RANKS ranks in nodes of PER_NODE, each with its predicted compression,\n"
+        "                             exchange and decompression times, and the size threshold; COMPRESSORS as\n"
+        "                             SHUNT_COMPRESS takes them (default: SHUNT_COMPRESS, else auto)\n"
         "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
         "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
         "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
@@ -361,9 +367,62 @@ int explain_nccl(int argc, char** argv) {
     return 0;
 }
 
+/// --explain compress BYTES RANKS PER_NODE [COMPRESSORS]: the compression planner's options.
+int explain_compress(int argc, char** argv) {
+    std::int64_t bytes = 0, ranks = 0, per_node = 0;
+    if (argc < 6 || argc > 7 || !parse_positive(argv[3], bytes) || !parse_positive(argv[4], ranks) ||
+        !parse_positive(argv[5], per_node) || ranks > 1 << 20 || per_node > ranks) {
+        std::fprintf(stderr,
+                     "shunt-info: --explain compress takes BYTES RANKS PER_NODE [COMPRESSORS] (positive integers, "
+                     "PER_NODE <= RANKS)\n");
+        return 2;
+    }
+    shunt::compress_consent consent = shunt::config().compress;
+    if (argc == 7 && !shunt::detail::compress_kind::parse(argv[6], consent)) {
+        std::fprintf(stderr, "shunt-info: COMPRESSORS takes %s\n", shunt::detail::compress_kind::accepted().c_str());
+        return 2;
+    }
+    if (argc == 6 && !consent.on) consent = {true, shunt::compress_auto_methods};
+    std::string where;
+    auto model = effective_model(where);
+    auto shape = shunt::compress_shape::nodes_of(static_cast<int>(ranks), static_cast<int>(per_node));
+    shape.exact_schedules = shunt::config().coll != shunt::coll_choice::library;
+    const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
+    const auto costs = shunt::predict_options(*model, shape, shunt::compress_op::allreduce, count, 4, consent);
+    std::printf("MPI_Allreduce of %lld floats on %lld ranks in nodes of %lld (%s), compressors %s:\n",
+                static_cast<long long>(count), static_cast<long long>(ranks), static_cast<long long>(per_node),
+                where.c_str(), shunt::detail::compress_kind::format(consent).c_str());
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < costs.size(); ++i)
+        if (costs[i].total() < costs[best].total()) best = i;
+    for (std::size_t i = 0; i < costs.size(); ++i)
+        std::printf("  %-42s %10.3f ms (compress %.3f, exchange %.3f, decompress %.3f)%s\n",
+                    shunt::to_string(costs[i].option).c_str(), costs[i].total() * 1e3, costs[i].encode * 1e3,
+                    costs[i].comm * 1e3, costs[i].decode * 1e3, i == best ? "  <- chosen" : "");
+    if (costs.size() == 1)
+        std::printf(
+            "  (no compressed option: %s)\n",
+            shape.coll.ranks <= 1 ? "one rank" : "the call is latency-bound (compression saves volume, not latency)");
+    const std::int64_t t = shunt::compress_threshold(*model, shape, shunt::compress_op::allreduce, 4, consent);
+    if (shunt::config().compress_min_bytes > 0)
+        std::printf("  size threshold: %lld bytes (SHUNT_COMPRESS_MIN_BYTES)\n",
+                    static_cast<long long>(shunt::config().compress_min_bytes));
+    else if (t >= std::int64_t{1} << 62)
+        std::printf("  size threshold: none (no size up to 1 TiB is predicted to gain)\n");
+    else
+        std::printf("  size threshold from the model: %lld bytes\n", static_cast<long long>(t));
+    std::printf(
+        "  compressed times include a %.0f%% margin, so that noise and the model's error favour exact results; in a\n"
+        "  run the planner agrees these figures with every rank (the slowest's) and plans the iteration's calls\n"
+        "  together (SHUNT_LOG=decide shows the plan)\n",
+        shunt::compress_margin * 100);
+    return 0;
+}
+
 int explain(int argc, char** argv) {
     if (argc >= 3 && std::string_view(argv[2]) == "nccl-tuner") return explain_nccl_tuner(argc, argv);
     if (argc >= 3 && std::string_view(argv[2]).starts_with("nccl-")) return explain_nccl(argc, argv);
+    if (argc >= 3 && std::string_view(argv[2]) == "compress") return explain_compress(argc, argv);
     if (argc == 4) {
         for (std::size_t i = 0; i < shunt::coll_op_names.size(); ++i) {
             if (std::string_view(argv[2]) != shunt::coll_op_names[i]) continue;
@@ -378,7 +437,8 @@ int explain(int argc, char** argv) {
     if (argc < 4 || argc > 5 || (std::string_view(argv[2]) != "pack" && std::string_view(argv[2]) != "unpack")) {
         std::fprintf(
             stderr,
-            "shunt-info: --explain takes pack|unpack BYTES [BLOCK] or COLLECTIVE BYTES (try shunt-info --help)\n");
+            "shunt-info: --explain takes pack|unpack BYTES [BLOCK], COLLECTIVE BYTES or compress BYTES RANKS PER_NODE "
+            "(try shunt-info --help)\n");
         return 2;
     }
     std::int64_t bytes = 0, block = 8;
