@@ -525,6 +525,15 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
     }
 }
 
+bool p2p_executor::passed(const call& c, bool keep_type, pass_reason early, plan& p) noexcept {
+    const pass_reason why = early != pass_reason::none ? early
+                            : host_run(c)              ? pass_reason::contiguous
+                                                       : plan_call(c, keep_type, p);
+    if (why == pass_reason::none) return false;
+    rt_.count_pass(c.d, why);
+    return true;
+}
+
 void p2p_executor::keep(shim s, MPI_Request handle, request&& r) noexcept {
     try {
         const std::lock_guard lock(mutex_);
@@ -546,16 +555,8 @@ void p2p_executor::keep(shim s, MPI_Request handle, request&& r) noexcept {
 int p2p_executor::send(const call& c, int tag, MPI_Comm comm) noexcept {
     if (live()) progress_detached();
     const auto library = [&] { return send_call(rt_.nbc(), c.s, c.buf, c.count, c.type, c.peer, tag, comm); };
-    if (host_run(c)) {
-        rt_.count_pass(direction::send, pass_reason::contiguous);
-        return library();
-    }
     plan p;
-    const pass_reason why = plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::send, why);
-        return library();
-    }
+    if (passed(c, false, pass_reason::none, p)) return library();
     gpu::pool_block block;
     try {
         block = acquire(p);
@@ -577,16 +578,8 @@ int p2p_executor::send(const call& c, int tag, MPI_Comm comm) noexcept {
 int p2p_executor::isend(const call& c, int tag, MPI_Comm comm, MPI_Request* req) noexcept {
     if (live()) progress_detached();
     const auto library = [&] { return isend_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req); };
-    if (req != nullptr && host_run(c)) {
-        rt_.count_pass(direction::send, pass_reason::contiguous);
-        return library();
-    }
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::send, why);
-        return library();
-    }
+    if (passed(c, false, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
     request r;
     try {
         r.block = acquire(p);
@@ -614,34 +607,30 @@ int p2p_executor::isend(const call& c, int tag, MPI_Comm comm, MPI_Request* req)
 }
 
 int p2p_executor::send_init(const call& c, int tag, MPI_Comm comm, MPI_Request* req) noexcept {
+    const auto library = [&] { return send_init_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req); };
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, true, p);
-    if (why == pass_reason::none) {
-        request r;
-        try {
-            r.block = acquire(p);
-        } catch (const std::exception& e) {
-            rt_.internal_failure(c.s, e.what());
-            rt_.count_pass(direction::send, pass_reason::internal);
-            return send_init_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req);
-        }
-        r.plan = std::move(p);
-        r.persistent = true;
-        r.origin = c.s;
-        r.buf = const_cast<void*>(c.buf);
-        r.comm = comm;
-        const int rc =
-            send_init_call(c.s, r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
-        if (rc != MPI_SUCCESS) {
-            gpu::pool_release(r.block);
-            return rc;
-        }
-        rt_.count_handled(c.s);
-        keep(c.s, *req, std::move(r));
+    if (passed(c, true, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
+    request r;
+    try {
+        r.block = acquire(p);
+    } catch (const std::exception& e) {
+        rt_.internal_failure(c.s, e.what());
+        rt_.count_pass(direction::send, pass_reason::internal);
+        return library();
+    }
+    r.plan = std::move(p);
+    r.persistent = true;
+    r.origin = c.s;
+    r.buf = const_cast<void*>(c.buf);
+    r.comm = comm;
+    const int rc = send_init_call(c.s, r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        gpu::pool_release(r.block);
         return rc;
     }
-    rt_.count_pass(direction::send, why);
-    return send_init_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req);
+    rt_.count_handled(c.s);
+    keep(c.s, *req, std::move(r));
+    return rc;
 }
 
 // ---- receives ----
@@ -650,16 +639,8 @@ int p2p_executor::recv(const call& c, int tag, MPI_Comm comm, MPI_Status* status
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
     const auto library = [&] { return recv_call(rt_.nbc(), buf, c.count, c.type, c.peer, tag, comm, status); };
-    if (host_run(c)) {
-        rt_.count_pass(direction::recv, pass_reason::contiguous);
-        return library();
-    }
     plan p;
-    const pass_reason why = plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
-        return library();
-    }
+    if (passed(c, false, pass_reason::none, p)) return library();
     gpu::pool_block block;
     try {
         block = acquire(p);
@@ -689,16 +670,8 @@ int p2p_executor::irecv(const call& c, int tag, MPI_Comm comm, MPI_Request* req)
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
     const auto library = [&] { return PMPI_Irecv(buf, c.count, c.type, c.peer, tag, comm, req); };
-    if (req != nullptr && host_run(c)) {
-        rt_.count_pass(direction::recv, pass_reason::contiguous);
-        return library();
-    }
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, true, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
-        return library();
-    }
+    if (passed(c, true, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
     request r;
     try {
         r.block = acquire(p);
@@ -727,34 +700,31 @@ int p2p_executor::irecv(const call& c, int tag, MPI_Comm comm, MPI_Request* req)
 
 int p2p_executor::recv_init(const call& c, int tag, MPI_Comm comm, MPI_Request* req) noexcept {
     void* const buf = const_cast<void*>(c.buf);
+    const auto library = [&] { return PMPI_Recv_init(buf, c.count, c.type, c.peer, tag, comm, req); };
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, true, p);
-    if (why == pass_reason::none) {
-        request r;
-        try {
-            r.block = acquire(p);
-        } catch (const std::exception& e) {
-            rt_.internal_failure(c.s, e.what());
-            rt_.count_pass(direction::recv, pass_reason::internal);
-            return PMPI_Recv_init(buf, c.count, c.type, c.peer, tag, comm, req);
-        }
-        r.plan = std::move(p);
-        r.receive = true;
-        r.persistent = true;
-        r.origin = c.s;
-        r.buf = buf;
-        r.comm = comm;
-        const int rc = PMPI_Recv_init(r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
-        if (rc != MPI_SUCCESS) {
-            gpu::pool_release(r.block);
-            return rc;
-        }
-        rt_.count_handled(c.s);
-        keep(c.s, *req, std::move(r));
+    if (passed(c, true, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
+    request r;
+    try {
+        r.block = acquire(p);
+    } catch (const std::exception& e) {
+        rt_.internal_failure(c.s, e.what());
+        rt_.count_pass(direction::recv, pass_reason::internal);
+        return library();
+    }
+    r.plan = std::move(p);
+    r.receive = true;
+    r.persistent = true;
+    r.origin = c.s;
+    r.buf = buf;
+    r.comm = comm;
+    const int rc = PMPI_Recv_init(r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        gpu::pool_release(r.block);
         return rc;
     }
-    rt_.count_pass(direction::recv, why);
-    return PMPI_Recv_init(buf, c.count, c.type, c.peer, tag, comm, req);
+    rt_.count_handled(c.s);
+    keep(c.s, *req, std::move(r));
+    return rc;
 }
 
 int p2p_executor::sendrecv(const call& sc, int sendtag, const call& rc_, int recvtag, MPI_Comm comm,
@@ -856,13 +826,12 @@ int p2p_executor::mrecv(const call& c, MPI_Message* message, MPI_Status* status)
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
     plan p;
-    const pass_reason why = message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
-                                ? pass_reason::empty
-                                : plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
+    if (passed(c, false,
+               message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
+                   ? pass_reason::empty
+                   : pass_reason::none,
+               p))
         return mrecv_call(rt_.nbc(), buf, c.count, c.type, message, status);
-    }
     gpu::pool_block block;
     try {
         block = acquire(p);
@@ -892,14 +861,12 @@ int p2p_executor::imrecv(const call& c, MPI_Message* message, MPI_Request* req) 
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
     plan p;
-    const pass_reason why =
-        req == nullptr || message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
-            ? pass_reason::empty
-            : plan_call(c, true, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
+    if (passed(c, true,
+               req == nullptr || message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
+                   ? pass_reason::empty
+                   : pass_reason::none,
+               p))
         return PMPI_Imrecv(buf, c.count, c.type, message, req);
-    }
     request r;
     try {
         r.block = acquire(p);
