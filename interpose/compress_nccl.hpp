@@ -15,7 +15,8 @@ struct nccl_real;
 /// true with NCCL's result in `result`; false when the call is to run as without compression
 /// (it then must, on every rank alike: the decision rests on what every rank knows alike). The
 /// compressed form travels through NCCL's own ncclAllReduce or ncclAllGather on `stream`. Call
-/// only outside a group, on a blocking communicator that is not one of ncclCommInitAll's.
+/// only outside a group and graph capture, on a blocking communicator that is not one of
+/// ncclCommInitAll's. Thread-safe (a lock per communicator).
 bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* sendbuff, void* recvbuff,
                                 std::size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
                                 cudaStream_t stream, ncclResult_t& result) noexcept;
