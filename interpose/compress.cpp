@@ -163,6 +163,17 @@ bool compress_executor::wanted() const noexcept {
     return rt_.cfg().compress.on || overridden_.load(std::memory_order_relaxed);
 }
 
+void compress_executor::count_compressed(std::size_t m, std::uint64_t floats, std::uint64_t sent) noexcept {
+    if (m < by_method_.size()) by_method_[m].fetch_add(1, std::memory_order_relaxed);
+    bytes_in_.fetch_add(floats * 4, std::memory_order_relaxed);
+    bytes_sent_.fetch_add(sent, std::memory_order_relaxed);
+}
+
+compress_consent compress_executor::thread_or_environment() const noexcept {
+    if (overridden_.load(std::memory_order_relaxed) && thread_consent) return *thread_consent;
+    return rt_.cfg().compress;
+}
+
 bool compress_executor::consent_of(MPI_Comm comm, compress_consent& out) const noexcept {
     out = rt_.cfg().compress;
     if (!overridden_.load(std::memory_order_relaxed)) return out.on;
@@ -445,10 +456,8 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
         PMPI_Comm_call_errhandler(a.comm, MPI_ERR_INTERN);
         return MPI_ERR_INTERN;
     }
-    by_method_[static_cast<std::size_t>(o.method)].fetch_add(1, std::memory_order_relaxed);
-    bytes_in_.fetch_add(static_cast<std::uint64_t>(count) * 4, std::memory_order_relaxed);
-    bytes_sent_.fetch_add(static_cast<std::uint64_t>(compress::compressed_bytes(compress_params(o.method), count)),
-                          std::memory_order_relaxed);
+    count_compressed(static_cast<std::size_t>(o.method), static_cast<std::uint64_t>(count),
+                     static_cast<std::uint64_t>(compress::compressed_bytes(compress_params(o.method), count)));
     rt_.count_collective(s, count * 4);
     if (shadow && c->topo->rank() == 0)
         log_write(log_level::info, log_category::decide,

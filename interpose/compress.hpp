@@ -54,6 +54,21 @@ public:
     /// SHUNT_REPORT's line of compression counters (empty when nothing was compressed or planned).
     std::string report_text() const;
 
+    /// Counting for the NCCL path (compress_nccl.cpp): a call compressed with method `m` (`floats`
+    /// elements sent as `sent` bytes), kept exact by the plan, in the warm-up, outside a confirmed
+    /// pattern, run exact after the guard, and a plan made.
+    void count_compressed(std::size_t m, std::uint64_t floats, std::uint64_t sent) noexcept;
+    void count_planned_exact() noexcept { planned_exact_.fetch_add(1, std::memory_order_relaxed); }
+    void count_warmup() noexcept { warmup_.fetch_add(1, std::memory_order_relaxed); }
+    void count_unlocked() noexcept { unlocked_.fetch_add(1, std::memory_order_relaxed); }
+    void count_fallback() noexcept { fallbacks_.fetch_add(1, std::memory_order_relaxed); }
+    void count_plan() noexcept { plans_.fetch_add(1, std::memory_order_relaxed); }
+    /// True the first time (the one warning about NaN or Inf).
+    bool first_nonfinite() noexcept { return !nonfinite_warned_.exchange(true); }
+    /// The consent of the calling thread's scope, else the environment's (the NCCL path: no
+    /// MPI communicator to carry one).
+    compress_consent thread_or_environment() const noexcept;
+
     struct context;
 
 private:

@@ -6,6 +6,7 @@
 #include <shunt/model/nccl_file.hpp>
 #include <shunt/topology/spec.hpp>
 
+#include "compress_nccl.hpp"
 #include "runtime.hpp"
 
 #include <climits>
@@ -401,6 +402,18 @@ ncclResult_t nccl_executor::all_reduce(const void* sendbuff, void* recvbuff, siz
                                        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) noexcept {
     tally(nccl_shim::all_reduce);
     std::shared_ptr<comm_state> c;
+    // Gradient compression first, where consented (compress_nccl.cpp): outside groups and graph
+    // capture, on blocking communicators of shunt's knowing; float sums only (checked there).
+    if (rt_.compression().wanted() && nccl_group_depth == 0 && datatype == ncclFloat32 && op == ncclSum) {
+        try {
+            c = state_of(comm);
+        } catch (...) {}
+        ncclResult_t r = ncclSuccess;
+        if (c != nullptr && c->blocking && !c->single_process && !capturing(stream) &&
+            nccl_compressed_all_reduce(rt_, real_, sendbuff, recvbuff, count, datatype, op, comm, stream, r))
+            return done(nccl_shim::all_reduce, r);
+        c = nullptr;
+    }
     const auto bytes = static_cast<std::int64_t>(count * nccl_type_size(datatype));
     if (const pass_reason why =
             eligible(nccl_shim::all_reduce, nccl_op::allreduce, comm, datatype, op, bytes, stream, c);
@@ -459,7 +472,8 @@ ncclResult_t nccl_executor::broadcast(const void* sendbuff, void* recvbuff, size
     std::shared_ptr<comm_state> c;
     const auto bytes = static_cast<std::int64_t>(count * nccl_type_size(datatype));
     pass_reason why = eligible(nccl_shim::broadcast, nccl_op::broadcast, comm, datatype, ncclSum, bytes, stream, c);
-    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks))) why = pass_reason::bad_argument;
+    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks)))
+        why = pass_reason::bad_argument;
     if (why != pass_reason::none) {
         pass(nccl_shim::broadcast, why);
         return real_.broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
@@ -474,7 +488,8 @@ ncclResult_t nccl_executor::bcast(void* buff, size_t count, ncclDataType_t datat
     std::shared_ptr<comm_state> c;
     const auto bytes = static_cast<std::int64_t>(count * nccl_type_size(datatype));
     pass_reason why = eligible(nccl_shim::bcast, nccl_op::broadcast, comm, datatype, ncclSum, bytes, stream, c);
-    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks))) why = pass_reason::bad_argument;
+    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks)))
+        why = pass_reason::bad_argument;
     if (why != pass_reason::none) {
         pass(nccl_shim::bcast, why);
         return real_.bcast(buff, count, datatype, root, comm, stream);
@@ -489,7 +504,8 @@ ncclResult_t nccl_executor::reduce(const void* sendbuff, void* recvbuff, size_t 
     const std::size_t es = nccl_type_size(datatype);
     const auto bytes = static_cast<std::int64_t>(count * es);
     pass_reason why = eligible(nccl_shim::reduce, nccl_op::reduce, comm, datatype, op, bytes, stream, c);
-    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks))) why = pass_reason::bad_argument;
+    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks)))
+        why = pass_reason::bad_argument;
     void* tmp = nullptr;
     if (why == pass_reason::none && (tmp = scratch(*c, count * es, stream)) == nullptr) why = pass_reason::unsupported;
     if (why != pass_reason::none) {
@@ -591,6 +607,7 @@ ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
         }
     } catch (...) {}
     if (c != nullptr) release_levels(*c, nccl_shim::comm_destroy);
+    nccl_compression_forget(comm);
     return real_.comm_destroy(comm);
 }
 
@@ -605,6 +622,7 @@ ncclResult_t nccl_executor::comm_abort(ncclComm_t comm) noexcept {
         }
     } catch (...) {}
     if (c != nullptr) release_levels(*c, nccl_shim::comm_abort);
+    nccl_compression_forget(comm);
     return real_.comm_abort(comm);
 }
 

@@ -386,10 +386,10 @@ using compress_bytes_kind = integer_kind<0, std::int64_t{1} << 50>;
       "auto = shunt's hierarchical schedule where measured nccl.* tables of the model say it is faster, "  \
       "else NCCL, library = always NCCL, shunt = shunt's schedule wherever it applies")                    \
     X(compress, "SHUNT_COMPRESS", ::shunt::detail::compress_kind, "off",                                   \
-      "lossy gradient compression of float, half and bfloat16 SUM reductions (MPI_Allreduce, "             \
-      "MPI_Reduce_scatter(_block), ncclAllReduce): off = never (exact results), auto = the planner "       \
-      "chooses per tensor among fp16, bf16 and int8 or keeps exact, LIST = among those named "             \
-      "(fp16,bf16,int8,int4,randomk,topk,sign)")                                                           \
+      "lossy gradient compression of 32-bit float SUM reductions (MPI_Allreduce and "                      \
+      "MPI_Reduce_scatter(_block) of MPI_FLOAT, ncclAllReduce of ncclFloat32): off = never (exact "        \
+      "results), auto = the planner chooses per tensor among fp16, bf16 and int8 or keeps exact, "         \
+      "LIST = among those named (fp16,bf16,int8,int4,randomk,topk,sign)")                                  \
     X(compress_warmup, "SHUNT_COMPRESS_WARMUP", ::shunt::detail::compress_count_kind, "3",                 \
       "exact calls at each call site (position in the iteration's repeating pattern of calls) before "     \
       "its first compressed one")                                                                          \

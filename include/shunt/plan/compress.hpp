@@ -333,10 +333,13 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
     return c;
 }
 
-/// Where compression may run: on the host (host compressors, device buffers staged through
-/// host memory) and/or on the device (the CUDA compressors).
+/// Where compression may run and which schemes the executor offers: on the host (host
+/// compressors, device buffers staged through host memory) and/or on the device (the CUDA
+/// compressors); the hierarchical and the alltoall+allgather schemes (the NCCL path runs flat
+/// allreduce and allgather schemes only).
 struct compress_places {
     bool host = true, device = false;
+    bool hierarchical = true, alltoall = true;
 };
 
 /// Every option the decision tree has for `op` on shape `s` under `consent`, exact first:
@@ -358,9 +361,11 @@ inline std::vector<compress_option> compress_options(const compress_shape& s, co
                 if (sc == compress_scheme::allreduce && !sums) continue;
                 // A summable form's reduce-scatter is inside its allreduce already; compressing
                 // its sums again (and random-k's twice) only loses.
-                if (sc == compress_scheme::alltoall_allgather && (sums || op == compress_op::reduce_scatter)) continue;
+                if (sc == compress_scheme::alltoall_allgather &&
+                    (sums || op == compress_op::reduce_scatter || !places.alltoall))
+                    continue;
                 for (const bool hier : {false, true}) {
-                    if (hier && (op != compress_op::allreduce || !s.hierarchical())) continue;
+                    if (hier && (op != compress_op::allreduce || !s.hierarchical() || !places.hierarchical)) continue;
                     out.push_back({sc, me, device, hier});
                 }
             }

@@ -90,6 +90,33 @@ TEST_CASE("compress options: the decision tree by consent, shape and operation")
     CHECK(compress_option::from_code(0).exact());
 }
 
+TEST_CASE("compress options: the NCCL path's places leave out the hierarchical and alltoall schemes") {
+    const auto two_nodes = shunt::compress_shape::nodes_of(4, 2);
+    const shunt::compress_places flat{true, false, false, false};
+    const auto opts = shunt::compress_options(two_nodes, shunt::compress_op::allreduce, auto_consent, flat);
+    // fp16 and bf16: allreduce and allgather; int8: allgather; each flat, on the host.
+    CHECK(opts.size() == 1 + 2 + 2 + 1);
+    for (const compress_option& o : opts) {
+        CHECK_FALSE(o.hierarchical);
+        CHECK_FALSE(o.device);
+        CHECK(o.scheme != compress_scheme::alltoall_allgather);
+    }
+    // Sign: its allgather of compressed parts alone (no alltoall+allgather).
+    const auto sign =
+        shunt::compress_options(two_nodes, shunt::compress_op::allreduce, consent_of({sc::method::sign}), flat);
+    REQUIRE(sign.size() == 2);
+    CHECK(sign[1].scheme == compress_scheme::allgather);
+    // The costs and the threshold see the same options.
+    const shunt::cost_model model;
+    const auto costs =
+        shunt::predict_options(model, two_nodes, shunt::compress_op::allreduce, 16 << 20, 4, auto_consent, flat);
+    CHECK(costs.size() == opts.size());
+    for (std::size_t i = 0; i < costs.size() && i < opts.size(); ++i) CHECK(costs[i].option == opts[i]);
+    const std::int64_t t = shunt::compress_threshold(model, two_nodes, shunt::compress_op::allreduce, 4, auto_consent,
+                                                     shunt::compress_places{true, false, false, false});
+    CHECK(t >= shunt::compress_threshold(model, two_nodes, shunt::compress_op::allreduce, 4, auto_consent));
+}
+
 TEST_CASE("compress costs: the hierarchical int8 allgather worked by hand from the analytic model") {
     const shunt::cost_model m;
     const shunt::analytic_params& p = m.params();
