@@ -279,11 +279,16 @@ nccl_method nccl_executor::method_of(comm_state& c, nccl_op op, std::int64_t byt
     if (const std::uint8_t v = slot.load(std::memory_order_acquire); v != 0) return static_cast<nccl_method>(v - 1);
     const nccl_decision d = decide_nccl(*model_, rt_.cfg().nccl, op, bytes, c.shape);
     slot.store(static_cast<std::uint8_t>(static_cast<int>(d.method) + 1), std::memory_order_release);
-    if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0)
-        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (library %.3g us, hierarchical %.3g us)",
+    if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0) {
+        // Names the tables the predictions come from (nan where the model has none).
+        const std::string lib = table_names::nccl(op, nccl_method::library, c.shape);
+        const std::string hier = table_names::nccl(op, nccl_method::hierarchical, c.shape);
+        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (%s %.3g us, %s %.3g us)",
                   to_string(op).data(), static_cast<long long>(bytes), c.shape.text().c_str(),
                   d.method == nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
-                  d.forced ? " (forced by SHUNT_NCCL)" : "", d.library_s * 1e6, d.hierarchical_s * 1e6);
+                  d.forced ? " (forced by SHUNT_NCCL)" : "", lib.c_str(), d.library_s * 1e6, hier.c_str(),
+                  d.hierarchical_s * 1e6);
+    }
     return d.method;
 }
 

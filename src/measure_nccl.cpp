@@ -316,6 +316,17 @@ int measure_nccl_methods_main(const nccl_measure_request& q) {
         return 0;
     }
 
+    bool any_wanted = false;
+    for (const nccl_op op : ops)
+        for (const nccl_method m : {nccl_method::library, nccl_method::hierarchical})
+            any_wanted = any_wanted || wanted(table_names::nccl(op, m, shape));
+    if (count_ranks(any_wanted) == 0) {  // nothing missing: no communicator is made
+        if (writer)
+            std::printf("shunt-measure: kept %zu tables in %s (0 nccl method tables measured for %s: none missing)\n",
+                        model.tables().size(), path.c_str(), shape.text().c_str());
+        return 0;
+    }
+
     // nccl-tests' sizes from the size shunt's schedules are considered from (nccl_min_bytes). NCCL's CPU double moves
     // host memory over sockets: its sizes stop at 16 MiB, to keep its tests short.
     const double top = q.full ? double(1 << 30) : q.host_memory ? double(16 << 20) : double(256 << 20);
@@ -356,7 +367,7 @@ int measure_nccl_methods_main(const nccl_measure_request& q) {
         const bool opened = session->open(f, memory, nccl_measure_bytes(sizes.back(), size), node, why);
         if (count_ranks(!opened) > 0) {
             if (rank == 0 || !opened)
-                std::fprintf(stderr, "shunt-measure: error: NCCL made no communicators for the levels (%s)\n",
+                std::fprintf(stderr, "shunt-measure: error: NCCL made no communicators (%s)\n",
                              opened ? "on another rank" : why.c_str());
             status = 1;
         } else {
