@@ -4,7 +4,7 @@
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/nccl_file.hpp>
-#include <shunt/topology/spec.hpp>
+#include <shunt/topology/node_of.hpp>
 
 #include "compress_nccl.hpp"
 #include "runtime.hpp"
@@ -125,44 +125,6 @@ int size_class(std::int64_t bytes) {
     return bytes <= 0 ? 0 : static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes)));
 }
 
-/// A colour for ncclCommSplit from any number (non-negative, never NCCL_SPLIT_NOCOLOR).
-int color_of(std::uint64_t v) {
-    v ^= v >> 33;
-    v *= 0xff51afd7ed558ccdull;
-    v ^= v >> 33;
-    return static_cast<int>(v & 0x3fffffff);
-}
-
-/// The node of `rank` in a communicator of `nranks` by SHUNT_TOPOLOGY's node level (sizes or
-/// labels, keyed by the rank in this communicator), else by host name; -1 where the description
-/// does not cover the communicator.
-std::int64_t node_of(const std::string& topology, int rank, int nranks) {
-    if (!topology.empty()) {
-        const topology_spec spec = parse_topology_spec(topology);
-        for (const level_spec& l : spec.levels) {
-            if (l.name != "node") continue;
-            if (l.kind == grouping_kind::labels)
-                return rank < static_cast<int>(l.values.size()) && static_cast<int>(l.values.size()) == nranks
-                           ? l.values[static_cast<std::size_t>(rank)]
-                           : -1;
-            if (l.kind == grouping_kind::sizes) {
-                std::int64_t start = 0, group = 0;
-                for (std::size_t i = 0;; ++i, ++group) {
-                    const std::int64_t n = l.values[i % l.values.size()];
-                    if (rank < start + n) return group;
-                    start += n;
-                }
-            }
-            break;  // auto (and the host and Slurm forms): by host name, below
-        }
-    }
-    char host[256] = {0};
-    if (::gethostname(host, sizeof host - 1) != 0) return -1;
-    std::uint64_t h = 1469598103934665603ull;
-    for (const char* c = host; *c != '\0'; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-    return static_cast<std::int64_t>(h >> 1);
-}
-
 bool is_floating(ncclDataType_t t) {
     return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 || t == ncclBfloat16;
 }
@@ -250,7 +212,8 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     // exactly when they all agree; it is destroyed at once.
     const auto agree = [&](std::uint64_t what) {
         ncclComm_t all = nullptr;
-        if (real_.comm_split(comm, color_of(what), rank, &all, nullptr) != ncclSuccess || all == nullptr) return false;
+        if (real_.comm_split(comm, split_color(what), rank, &all, nullptr) != ncclSuccess || all == nullptr)
+            return false;
         int n = 0;
         const bool same = real_.comm_count(all, &n) == ncclSuccess && n == nranks;
         real_.comm_destroy(all);
@@ -269,15 +232,15 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     } else {
         std::int64_t node = -1;
         try {
-            node = node_of(cfg.topology, rank, nranks);
+            node = node_of_rank(cfg.topology, rank, nranks);
         } catch (const std::exception& e) {
             log_warn(log_category::config, "NCCL: cannot use SHUNT_TOPOLOGY (%s); by host name", e.what());
-            node = node_of("", rank, nranks);
+            node = node_of_rank("", rank, nranks);
         }
         nccl_levels lv;
         int ok = node >= 0;
-        if (ok &&
-            real_.comm_split(comm, color_of(static_cast<std::uint64_t>(node)), rank, &lv.node, nullptr) != ncclSuccess)
+        if (ok && real_.comm_split(comm, split_color(static_cast<std::uint64_t>(node)), rank, &lv.node, nullptr) !=
+                      ncclSuccess)
             ok = 0;
         if (ok && (real_.comm_count(lv.node, &lv.per_node) != ncclSuccess ||
                    real_.comm_user_rank(lv.node, &lv.local) != ncclSuccess))
@@ -316,11 +279,16 @@ nccl_method nccl_executor::method_of(comm_state& c, nccl_op op, std::int64_t byt
     if (const std::uint8_t v = slot.load(std::memory_order_acquire); v != 0) return static_cast<nccl_method>(v - 1);
     const nccl_decision d = decide_nccl(*model_, rt_.cfg().nccl, op, bytes, c.shape);
     slot.store(static_cast<std::uint8_t>(static_cast<int>(d.method) + 1), std::memory_order_release);
-    if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0)
-        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (library %.3g us, hierarchical %.3g us)",
+    if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0) {
+        // Names the tables the predictions come from (nan where the model has none).
+        const std::string lib = table_names::nccl(op, nccl_method::library, c.shape);
+        const std::string hier = table_names::nccl(op, nccl_method::hierarchical, c.shape);
+        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (%s %.3g us, %s %.3g us)",
                   to_string(op).data(), static_cast<long long>(bytes), c.shape.text().c_str(),
                   d.method == nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
-                  d.forced ? " (forced by SHUNT_NCCL)" : "", d.library_s * 1e6, d.hierarchical_s * 1e6);
+                  d.forced ? " (forced by SHUNT_NCCL)" : "", lib.c_str(), d.library_s * 1e6, hier.c_str(),
+                  d.hierarchical_s * 1e6);
+    }
     return d.method;
 }
 
