@@ -12,6 +12,18 @@
 #include <set>
 #include <vector>
 
+// Sanitizer builds run several times slower: their timings are not the planner's.
+#if defined(__SANITIZE_ADDRESS__)
+#define SHUNT_TEST_INSTRUMENTED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SHUNT_TEST_INSTRUMENTED 1
+#endif
+#endif
+#ifndef SHUNT_TEST_INSTRUMENTED
+#define SHUNT_TEST_INSTRUMENTED 0
+#endif
+
 namespace {
 
 using shunt::compress_option;
@@ -282,7 +294,11 @@ TEST_CASE("compress greedy: 300 tensors decided in under 10 ms") {
         CHECK(overlapped.planned_s < overlapped.exact_s);
     }
     MESSAGE("300 tensors: " << best * 1e3 << " ms");
+#if SHUNT_TEST_INSTRUMENTED
+    MESSAGE("sanitizer build: the time is the instrumentation's, not checked");
+#else
     CHECK(best < 0.010);
+#endif
 }
 
 TEST_CASE("call pattern: periods found, positions numbered, breaks unlock") {
