@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--mpiexec-arg", action="append", default=[])
     ap.add_argument("--flavour", choices=["openmpi", "mpich"], required=True)
     ap.add_argument("--lib", required=True)
+    ap.add_argument("--preload-first", default="", help="a library to preload before libshunt.so (the sanitizer runtime)")
     ap.add_argument("--sums", required=True)
     ap.add_argument("--control", required=True)
     ap.add_argument("--shunt-info", required=True)
@@ -61,7 +62,8 @@ def main():
 
     def run(ranks, program_args, **shunt):
         cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", str(ranks)]
-        cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
+        preload = (args.preload_first + ":" if args.preload_first else "") + args.lib
+        cmd += ["-x", "LD_PRELOAD=" + preload] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", preload]
         env = dict(base, SHUNT_REPORT="rank", **{"SHUNT_" + k.upper(): str(v) for k, v in shunt.items()})
         try:
             p = subprocess.run(cmd + program_args, capture_output=True, text=True, env=env, timeout=TIMEOUT)
