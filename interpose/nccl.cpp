@@ -268,7 +268,8 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
                       : ~std::uint64_t{0};
         };
         bool agreed = agree(view_of(want_domains)), domains_agreed = agreed && want_domains;
-        if (!agreed && want_domains) agreed = agree(view_of(false));  // some rank knows no domain: two levels
+        // Some rank may know no domain: every rank agrees again without them (all must split alike).
+        if (!agreed) agreed = agree(view_of(false));
         agreed = agreed && ok && lv.per_node * lv.nodes == nranks;
         bool three = false;
         if (agreed && domains_agreed && lv.per_node > 1) three = split_domains(comm, rank, lv, domain.second);
