@@ -280,12 +280,13 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
             c.depths = {two, three};
             c.levels = comm_state::levels_state::ready;
             if (rank == 0 && log_enabled(log_level::debug, log_category::decide))
-                log_debug(log_category::decide,
-                          "NCCL communicator of %d ranks: %d nodes of %d ranks (%s placement)%s%d domains of %d ranks "
-                          "(%s)",
-                          nranks, lv.nodes, lv.per_node, lv.block ? "block" : "other", three ? ", each " : ", no ",
-                          three ? lv.domains : 0, three ? lv.per_domain : 0,
-                          domain.first == domain_source::described ? "SHUNT_TOPOLOGY" : "hwloc/NVML");
+                log_debug(log_category::decide, "NCCL communicator of %d ranks: %d nodes of %d ranks (%s placement)%s",
+                          nranks, lv.nodes, lv.per_node, lv.block ? "block" : "other",
+                          three ? (", each " + std::to_string(lv.domains) + " GPU domains of " +
+                                   std::to_string(lv.per_domain) + " ranks (" +
+                                   (domain.first == domain_source::described ? "SHUNT_TOPOLOGY" : "hwloc/NVML") + ")")
+                                      .c_str()
+                                : "");
             return true;
         }
         for (ncclComm_t l : {lv.node, lv.rail, lv.domain, lv.across})
@@ -346,13 +347,17 @@ nccl_method nccl_executor::method_of(comm_state& c, nccl_op op, std::int64_t byt
         const std::string lib = table_names::nccl(op, nccl_method::library, c.shape);
         const std::string hier = table_names::nccl(op, nccl_method::hierarchical, c.shape);
         const std::string hier3 = table_names::nccl(op, nccl_method::hierarchical3, c.shape);
-        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (%s %.3g us, %s %.3g us, %s %.3g us)",
+        // The third table only where three levels apply: the two-level line stays as it was.
+        char third[160] = "";
+        if (c.depths.three && op == nccl_op::allreduce)
+            std::snprintf(third, sizeof third, ", %s %.3g us", hier3.c_str(), d.hierarchical3_s * 1e6);
+        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (%s %.3g us, %s %.3g us%s)",
                   to_string(op).data(), static_cast<long long>(bytes), c.shape.text().c_str(),
                   d.method == nccl_method::library        ? "NCCL"
                   : d.method == nccl_method::hierarchical ? "shunt's schedule over node+rail"
                                                           : "shunt's schedule over domain+node+rail",
                   d.forced ? " (forced by SHUNT_NCCL)" : "", lib.c_str(), d.library_s * 1e6, hier.c_str(),
-                  d.hierarchical_s * 1e6, hier3.c_str(), d.hierarchical3_s * 1e6);
+                  d.hierarchical_s * 1e6, third);
     }
     return d.method;
 }
