@@ -4,6 +4,7 @@
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/nccl_file.hpp>
+#include <shunt/topology/gpu_domain.hpp>
 #include <shunt/topology/node_of.hpp>
 
 #include "compress_nccl.hpp"
@@ -113,6 +114,7 @@ struct nccl_executor::comm_state {
     enum class levels_state : std::uint8_t { unset, ready, none } levels = levels_state::unset;
     nccl_levels lv;
     nccl_shape shape;
+    nccl_depths depths;  ///< the schedules lv allows
     /// Per (op, size class): 0 while undecided, else the method + 1.
     std::array<std::atomic<std::uint8_t>, nccl_op_names.size() * 65> decided{};
     void* scratch = nullptr;
@@ -237,6 +239,13 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
             log_warn(log_category::config, "NCCL: cannot use SHUNT_TOPOLOGY (%s); by host name", e.what());
             node = node_of_rank("", rank, nranks);
         }
+        std::pair<domain_source, std::int64_t> domain{domain_source::none, -1};
+        try {
+            domain = domain_of_rank(cfg.topology, rank, nranks);
+        } catch (const std::exception&) {  // said above for the node level
+            domain = {domain_source::discovered, -1};
+        }
+        if (domain.first == domain_source::discovered) domain.second = local_gpu_domain();
         nccl_levels lv;
         int ok = node >= 0;
         if (ok && real_.comm_split(comm, split_color(static_cast<std::uint64_t>(node)), rank, &lv.node, nullptr) !=
@@ -250,22 +259,38 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
                    real_.comm_user_rank(lv.rail, &lv.node_index) != ncclSuccess))
             ok = 0;
         lv.block = ok && rank == lv.node_index * lv.per_node + lv.local;
-        // Every rank's view must be the same: equal nodes, the same count of them, the placement.
-        const std::uint64_t view = ok ? (static_cast<std::uint64_t>(lv.per_node) << 32 |
-                                         static_cast<std::uint64_t>(lv.nodes) << 1 | (lv.block ? 1u : 0u))
-                                      : ~std::uint64_t{0};
-        const bool agreed = agree(view) && ok && lv.per_node * lv.nodes == nranks;
-        if (agreed && lv.per_node > 1 && lv.nodes > 1) {
+        // Every rank's view must be the same: equal nodes, the same count of them, the placement,
+        // and whether each knows its GPU domain (then the node communicators are split by domain).
+        const bool want_domains = domain.second >= 0;
+        const auto view_of = [&](bool domains) {
+            return ok ? (static_cast<std::uint64_t>(lv.per_node) << 32 | static_cast<std::uint64_t>(lv.nodes) << 2 |
+                         (lv.block ? 2u : 0u) | (domains ? 1u : 0u))
+                      : ~std::uint64_t{0};
+        };
+        bool agreed = agree(view_of(want_domains)), domains_agreed = agreed && want_domains;
+        // Some rank may know no domain: every rank agrees again without them (all must split alike).
+        if (!agreed) agreed = agree(view_of(false));
+        agreed = agreed && ok && lv.per_node * lv.nodes == nranks;
+        bool three = false;
+        if (agreed && domains_agreed && lv.per_node > 1) three = split_domains(comm, rank, lv, domain.second);
+        const bool two = lv.per_node > 1 && lv.nodes > 1;
+        if (agreed && (two || three)) {
             c.lv = lv;
             c.shape = {nranks, lv.nodes};
+            c.depths = {two, three};
             c.levels = comm_state::levels_state::ready;
             if (rank == 0 && log_enabled(log_level::debug, log_category::decide))
-                log_debug(log_category::decide, "NCCL communicator of %d ranks: %d nodes of %d ranks (%s placement)",
-                          nranks, lv.nodes, lv.per_node, lv.block ? "block" : "other");
+                log_debug(log_category::decide, "NCCL communicator of %d ranks: %d nodes of %d ranks (%s placement)%s",
+                          nranks, lv.nodes, lv.per_node, lv.block ? "block" : "other",
+                          three ? (", each " + std::to_string(lv.domains) + " GPU domains of " +
+                                   std::to_string(lv.per_domain) + " ranks (" +
+                                   (domain.first == domain_source::described ? "SHUNT_TOPOLOGY" : "hwloc/NVML") + ")")
+                                      .c_str()
+                                : "");
             return true;
         }
-        if (lv.node != nullptr) real_.comm_destroy(lv.node);
-        if (lv.rail != nullptr) real_.comm_destroy(lv.rail);
+        for (ncclComm_t l : {lv.node, lv.rail, lv.domain, lv.across})
+            if (l != nullptr) real_.comm_destroy(l);
         if (!agreed) why = "its ranks do not form nodes of equal size alike";
     }
     c.levels = comm_state::levels_state::none;
@@ -274,20 +299,65 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     return false;
 }
 
+bool nccl_executor::split_domains(ncclComm_t comm, int rank, nccl_levels& lv, std::int64_t label) noexcept {
+    // Collective over each node communicator, whose ranks all reach it (they agreed to).
+    int ok = real_.comm_split(lv.node, split_color(static_cast<std::uint64_t>(label)), lv.local, &lv.domain, nullptr) ==
+                 ncclSuccess &&
+             lv.domain != nullptr;
+    if (ok && (real_.comm_count(lv.domain, &lv.per_domain) != ncclSuccess ||
+               real_.comm_user_rank(lv.domain, &lv.in_domain) != ncclSuccess))
+        ok = 0;
+    if (ok &&
+        (real_.comm_split(lv.node, lv.in_domain, lv.local, &lv.across, nullptr) != ncclSuccess || lv.across == nullptr))
+        ok = 0;
+    if (ok && (real_.comm_count(lv.across, &lv.domains) != ncclSuccess ||
+               real_.comm_user_rank(lv.across, &lv.domain_index) != ncclSuccess))
+        ok = 0;
+    // Equal domains on every node, and each node's ranks ordered domain by domain, so that a rail
+    // joins the ranks that own the same part of the vector (collectives/nccl.hpp).
+    const bool placed = ok && lv.local == lv.domain_index * lv.per_domain + lv.in_domain;
+    const std::uint64_t view =
+        ok && placed ? static_cast<std::uint64_t>(lv.per_domain) << 32 | static_cast<std::uint64_t>(lv.domains)
+                     : ~std::uint64_t{0};
+    // Every rank of the communicator agrees (one split of it, destroyed at once).
+    int n = 0, nranks = 0;
+    ncclComm_t all = nullptr;
+    bool good = real_.comm_count(comm, &nranks) == ncclSuccess &&
+                real_.comm_split(comm, split_color(view), rank, &all, nullptr) == ncclSuccess && all != nullptr;
+    if (all != nullptr) {
+        good = good && real_.comm_count(all, &n) == ncclSuccess && n == nranks;
+        real_.comm_destroy(all);
+    }
+    good = good && ok && placed && lv.per_domain > 1 && lv.domains > 1;
+    if (good) return true;
+    for (ncclComm_t* l : {&lv.domain, &lv.across})
+        if (*l != nullptr) real_.comm_destroy(*l), *l = nullptr;
+    lv.per_domain = lv.domains = 1;
+    lv.in_domain = lv.domain_index = 0;
+    return false;
+}
+
 nccl_method nccl_executor::method_of(comm_state& c, nccl_op op, std::int64_t bytes) noexcept {
     std::atomic<std::uint8_t>& slot = c.decided[static_cast<std::size_t>(op) * 65 + size_class(bytes)];
     if (const std::uint8_t v = slot.load(std::memory_order_acquire); v != 0) return static_cast<nccl_method>(v - 1);
-    const nccl_decision d = decide_nccl(*model_, rt_.cfg().nccl, op, bytes, c.shape);
+    const nccl_decision d = decide_nccl(*model_, rt_.cfg().nccl, op, bytes, c.shape, c.depths);
     slot.store(static_cast<std::uint8_t>(static_cast<int>(d.method) + 1), std::memory_order_release);
     if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0) {
         // Names the tables the predictions come from (nan where the model has none).
         const std::string lib = table_names::nccl(op, nccl_method::library, c.shape);
         const std::string hier = table_names::nccl(op, nccl_method::hierarchical, c.shape);
-        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (%s %.3g us, %s %.3g us)",
+        const std::string hier3 = table_names::nccl(op, nccl_method::hierarchical3, c.shape);
+        // The third table only where three levels apply: the two-level line stays as it was.
+        char third[160] = "";
+        if (c.depths.three && op == nccl_op::allreduce)
+            std::snprintf(third, sizeof third, ", %s %.3g us", hier3.c_str(), d.hierarchical3_s * 1e6);
+        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (%s %.3g us, %s %.3g us%s)",
                   to_string(op).data(), static_cast<long long>(bytes), c.shape.text().c_str(),
-                  d.method == nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
+                  d.method == nccl_method::library        ? "NCCL"
+                  : d.method == nccl_method::hierarchical ? "shunt's schedule over node+rail"
+                                                          : "shunt's schedule over domain+node+rail",
                   d.forced ? " (forced by SHUNT_NCCL)" : "", lib.c_str(), d.library_s * 1e6, hier.c_str(),
-                  d.hierarchical_s * 1e6);
+                  d.hierarchical_s * 1e6, third);
     }
     return d.method;
 }
@@ -311,7 +381,7 @@ pass_reason nccl_executor::eligible(nccl_shim s, nccl_op op, ncclComm_t comm, nc
     if (c->levels == comm_state::levels_state::unset && rt_.cfg().nccl != nccl_choice::shunt && bytes < nccl_min_bytes)
         return pass_reason::planned;  // the levels are set up by the first call that could use them
     if (!ready(*c, comm, stream)) return pass_reason::unsupported;
-    if (op != nccl_op::allreduce && !c->lv.block) return pass_reason::unsupported;
+    if (op != nccl_op::allreduce && (!c->lv.block || !c->depths.two)) return pass_reason::unsupported;
     if (method_of(*c, op, bytes) == nccl_method::library) return pass_reason::planned;
     return pass_reason::none;
 }
@@ -351,14 +421,14 @@ void nccl_executor::release_levels(comm_state& c, nccl_shim how) noexcept {
             real_.mem_free(c.scratch), c.scratch = nullptr;
         return;
     }
-    for (ncclComm_t l : {c.lv.node, c.lv.rail}) {
+    for (ncclComm_t l : {c.lv.node, c.lv.rail, c.lv.domain, c.lv.across}) {
         if (l == nullptr) continue;
         if (how == nccl_shim::comm_finalize && real_.comm_finalize != nullptr) real_.comm_finalize(l);
         if (how == nccl_shim::comm_destroy && real_.comm_destroy != nullptr) real_.comm_destroy(l);
         if (how == nccl_shim::comm_abort && real_.comm_abort != nullptr) real_.comm_abort(l);
     }
     if (how == nccl_shim::comm_finalize) return;  // destroyed with the user's communicator
-    c.lv.node = c.lv.rail = nullptr;
+    c.lv.node = c.lv.rail = c.lv.domain = c.lv.across = nullptr;
     c.levels = comm_state::levels_state::none;
     if (c.scratch != nullptr && real_.mem_free != nullptr) real_.mem_free(c.scratch);
     c.scratch = nullptr;
@@ -388,6 +458,12 @@ ncclResult_t nccl_executor::all_reduce(const void* sendbuff, void* recvbuff, siz
         why != pass_reason::none) {
         pass(nccl_shim::all_reduce, why);
         return real_.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    }
+    if (method_of(*c, nccl_op::allreduce, bytes) == nccl_method::hierarchical3) {
+        const ncclResult_t r =
+            nccl_allreduce3(functions(), c->lv, comm, sendbuff, recvbuff, count, datatype, op, stream);
+        if (r == ncclSuccess) three_level_.fetch_add(1, std::memory_order_relaxed);
+        return done(nccl_shim::all_reduce, r);
     }
     return done(nccl_shim::all_reduce,
                 nccl_allreduce(functions(), c->lv, comm, sendbuff, recvbuff, count, datatype, op, stream));
@@ -619,7 +695,12 @@ void nccl_executor::report() noexcept {
                               static_cast<unsigned long long>(n));
                 reasons += buf;
             }
-        log_write(log_level::info, log_category::report, "%s; collectives to NCCL: %s", line.c_str(),
+        const std::uint64_t three = three_level_.load(std::memory_order_relaxed);
+        char levels[80] = "";
+        if (three != 0)
+            std::snprintf(levels, sizeof levels, "; allreduce over domain+node+rail %llu",
+                          static_cast<unsigned long long>(three));
+        log_write(log_level::info, log_category::report, "%s%s; collectives to NCCL: %s", line.c_str(), levels,
                   reasons.empty() ? "none" : reasons.c_str());
     } catch (...) {}
 }

@@ -82,6 +82,11 @@ private:
     void keep(ncclComm_t comm, bool blocking, bool single_process) noexcept;
     /// The levels of `c`, set up at the first call that needs them (false: the call goes to NCCL).
     bool ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) noexcept;
+    /// The domain level of `lv` (rank `rank` of `comm`, whose node communicator has several
+    /// ranks), from this rank's domain `label`: splits the node communicator by domain and across
+    /// the domains; true where every rank of comm sees several equal domains of several ranks,
+    /// placed domain by domain in its node; else frees what it made. Collective over comm.
+    bool split_domains(ncclComm_t comm, int rank, nccl_levels& lv, std::int64_t label) noexcept;
     /// The method for `op` of `bytes` on `c` (cached per size class), logged when new.
     nccl_method method_of(comm_state& c, nccl_op op, std::int64_t bytes) noexcept;
     /// The common part of every collective: eligibility, levels, decision; pass_reason::none when
@@ -108,6 +113,7 @@ private:
     std::unordered_map<ncclComm_t, std::shared_ptr<comm_state>> comms_;
     std::array<std::atomic<std::uint64_t>, nccl_shim_count> calls_{}, by_shunt_{};
     std::array<std::atomic<std::uint64_t>, pass_reason_count> passed_{};
+    std::atomic<std::uint64_t> three_level_{0};  ///< allreduces run over domain, node and rail
     std::atomic<bool> resolved_warned_{false};
 };
 

@@ -14,6 +14,7 @@
 #include <shunt/model/measure_nccl_methods.hpp>
 #include <shunt/model/nccl_file.hpp>
 #include <shunt/plan/nccl.hpp>
+#include <shunt/topology/gpu_domain.hpp>
 #include <shunt/topology/node_of.hpp>
 
 #include <mpi.h>
@@ -232,17 +233,34 @@ int measure_nccl_methods_main(const nccl_measure_request& q) {
         return refuse("SHUNT_TOPOLOGY's node level does not cover the job's " + std::to_string(size) + " ranks", mode);
     const std::set<std::int64_t> distinct(nodes_of.begin(), nodes_of.end());
     const int nodes = static_cast<int>(distinct.size()), per_node = size / nodes;
-    if (nodes < 2)
-        return refuse(
-            "the job's ranks are all on one node (shunt's schedule needs 2 nodes or more; run across nodes, "
-            "or name them with SHUNT_TOPOLOGY's node level)",
-            mode);
     for (const std::int64_t n : distinct)
         if (std::count(nodes_of.begin(), nodes_of.end(), n) != per_node || per_node * nodes != size)
             return refuse("the job's nodes hold different numbers of ranks (the executor needs nodes of equal size)",
                           mode);
     if (per_node < 2)
         return refuse("every node holds one rank (shunt's schedule needs 2 ranks or more per node)", mode);
+    // The GPU domains inside the nodes, as the executor finds them (SHUNT_TOPOLOGY's level inside the node level,
+    // else hwloc/NVML): the three-level allreduce is measured where every node holds the same number (2 or more) of
+    // domains of equal size (2 or more), each a block of the node's ranks.
+    std::int64_t domain = -1;
+    try {
+        const auto [source, label] = domain_of_rank(cfg.topology, rank, size);
+        domain = source == domain_source::discovered ? local_gpu_domain() : label;
+    } catch (const std::exception&) {  // said above for the node level
+    }
+    std::vector<std::int64_t> domains_of(static_cast<std::size_t>(size));
+    SHUNT_CHECK_MPI(PMPI_Allgather(&domain, 1, MPI_INT64_T, domains_of.data(), 1, MPI_INT64_T, MPI_COMM_WORLD));
+    const int per_domain = domain_block_size(nodes_of, domains_of);
+    if (per_domain == 0) domain = -1;
+    if (nodes < 2 && per_domain == 0)
+        return refuse(
+            "the job's ranks are all on one node without GPU domains (shunt's schedules need 2 nodes or more, or "
+            "2 domains of 2 ranks or more in a node; run across nodes, or name them with SHUNT_TOPOLOGY's node "
+            "level and a level inside it)",
+            mode);
+    std::vector<nccl_method> methods{nccl_method::library};
+    if (nodes > 1) methods.push_back(nccl_method::hierarchical);
+    if (per_domain > 0) methods.push_back(nccl_method::hierarchical3);
     const nccl_shape shape{size, nodes};
 
     // One device per rank of a node (the ranks MPI finds sharing memory), as in --nccl-tuner.
@@ -302,7 +320,8 @@ int measure_nccl_methods_main(const nccl_measure_request& q) {
                 nodes_of[static_cast<std::size_t>(r)] == nodes_of[static_cast<std::size_t>(r / per_node * per_node)];
     std::vector<nccl_op> ops;
     for (std::size_t o = 0; o < nccl_op_names.size(); ++o)
-        if (block || static_cast<nccl_op>(o) == nccl_op::allreduce) ops.push_back(static_cast<nccl_op>(o));
+        if ((block && nodes > 1) || static_cast<nccl_op>(o) == nccl_op::allreduce)
+            ops.push_back(static_cast<nccl_op>(o));
     if (!block && rank == 0)
         std::fprintf(stderr,
                      "shunt-measure: note: the nodes are not blocks of consecutive ranks: only allreduce has a "
@@ -310,16 +329,18 @@ int measure_nccl_methods_main(const nccl_measure_request& q) {
     if (q.dry_run) {
         if (rank == 0)
             for (const nccl_op op : ops)
-                for (const nccl_method m : {nccl_method::library, nccl_method::hierarchical})
-                    if (const std::string name = table_names::nccl(op, m, shape); wanted(name))
+                for (const nccl_method m : methods)
+                    if (const std::string name = table_names::nccl(op, m, shape);
+                        (m != nccl_method::hierarchical3 || op == nccl_op::allreduce) && wanted(name))
                         std::printf("would measure %s\n", name.c_str());
         return 0;
     }
 
     bool any_wanted = false;
     for (const nccl_op op : ops)
-        for (const nccl_method m : {nccl_method::library, nccl_method::hierarchical})
-            any_wanted = any_wanted || wanted(table_names::nccl(op, m, shape));
+        for (const nccl_method m : methods)
+            any_wanted = any_wanted || ((m != nccl_method::hierarchical3 || op == nccl_op::allreduce) &&
+                                        wanted(table_names::nccl(op, m, shape)));
     if (count_ranks(any_wanted) == 0) {  // nothing missing: no communicator is made
         if (writer)
             std::printf("shunt-measure: kept %zu tables in %s (0 nccl method tables measured for %s: none missing)\n",
@@ -364,7 +385,7 @@ int measure_nccl_methods_main(const nccl_measure_request& q) {
     {
         auto session = std::make_shared<nccl_method_session>();
         std::string why;
-        const bool opened = session->open(f, memory, nccl_measure_bytes(sizes.back(), size), node, why);
+        const bool opened = session->open(f, memory, nccl_measure_bytes(sizes.back(), size), node, domain, why);
         if (count_ranks(!opened) > 0) {
             if (rank == 0 || !opened)
                 std::fprintf(stderr, "shunt-measure: error: NCCL made no communicators (%s)\n",
@@ -378,7 +399,8 @@ int measure_nccl_methods_main(const nccl_measure_request& q) {
                                            [&](const std::string& what) {
                                                ++skipped;
                                                std::fprintf(stderr, "shunt-measure: note: %s\n", what.c_str());
-                                           });
+                                           },
+                                           methods);
         }
     }  // the communicators and buffers go before the stream
     if (stream != nullptr) cudaStreamDestroy(stream);

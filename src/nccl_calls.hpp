@@ -168,7 +168,7 @@ inline nccl_measure_ops make_nccl_ops(const nccl_functions& f, nccl_call_memory 
     return ops;
 }
 
-/// The job's communicator over MPI_COMM_WORLD with its node and rail communicators, made as the NCCL executor makes
+/// The job's communicator over MPI_COMM_WORLD with its node, rail (and GPU domain) communicators, made as the NCCL executor makes
 /// them (interpose/nccl.cpp: ncclCommSplit by the node's colour, then by the index in the node, keyed by rank), and the
 /// calls shunt-measure --nccl times on them: NCCL's collective or shunt's schedule (collectives/nccl.hpp) on float sums,
 /// root 0. Not thread-safe; every rank calls open and run alike.
@@ -180,10 +180,12 @@ public:
     ~nccl_method_session() { close(); }
 
     /// Makes the communicators (collective over MPI_COMM_WORLD; rank 0's unique id broadcast), this rank
-    /// being on node `node` (node_of_rank's answer); the buffers (send, receive and scratch of
+    /// being on node `node` (node_of_rank's answer) and, where `domain` is not -1 (on every rank alike),
+    /// in GPU domain `domain` of it, split as the executor splits them (domain, then across the domains);
+    /// the buffers (send, receive and scratch of
     /// `max_bytes` each) come from `memory` at the first run. False, with `why`, where NCCL fails.
     bool open(const nccl_functions& f, nccl_call_memory memory, std::size_t max_bytes, std::int64_t node,
-              std::string& why) {
+              std::int64_t domain, std::string& why) {
         f_ = f;
         memory_ = std::move(memory);
         max_bytes_ = max_bytes;
@@ -219,6 +221,22 @@ public:
         if (const ncclResult_t rc = f_.comm_user_rank(lv_.rail, &lv_.node_index); rc != ncclSuccess)
             return failed("ncclCommUserRank", rc);
         lv_.block = rank == lv_.node_index * lv_.per_node + lv_.local;
+        if (domain < 0) return true;
+        if (const ncclResult_t rc = f_.comm_split(lv_.node, split_color(static_cast<std::uint64_t>(domain)), lv_.local,
+                                                  &lv_.domain, nullptr);
+            rc != ncclSuccess)
+            return failed("ncclCommSplit (domain)", rc);
+        if (const ncclResult_t rc = f_.comm_count(lv_.domain, &lv_.per_domain); rc != ncclSuccess)
+            return failed("ncclCommCount", rc);
+        if (const ncclResult_t rc = f_.comm_user_rank(lv_.domain, &lv_.in_domain); rc != ncclSuccess)
+            return failed("ncclCommUserRank", rc);
+        if (const ncclResult_t rc = f_.comm_split(lv_.node, lv_.in_domain, lv_.local, &lv_.across, nullptr);
+            rc != ncclSuccess)
+            return failed("ncclCommSplit (across domains)", rc);
+        if (const ncclResult_t rc = f_.comm_count(lv_.across, &lv_.domains); rc != ncclSuccess)
+            return failed("ncclCommCount", rc);
+        if (const ncclResult_t rc = f_.comm_user_rank(lv_.across, &lv_.domain_index); rc != ncclSuccess)
+            return failed("ncclCommUserRank", rc);
         return true;
     }
 
@@ -240,12 +258,16 @@ public:
         const shunt::nccl_functions sf{f_.all_reduce, f_.reduce_scatter, f_.all_gather, f_.broadcast,
                                        f_.reduce,     f_.group_start,    f_.group_end};
         const bool lib = method == nccl_method::library;
+        if (method == nccl_method::hierarchical3 && (op != nccl_op::allreduce || !lv_.has_domains()))
+            return why = "no three-level schedule here", false;
         const cudaStream_t st = memory_.stream;
         for (int r = 0; r < reps; ++r) {
             ncclResult_t rc = ncclSuccess;
             switch (op) {
                 case nccl_op::allreduce:
                     rc = lib ? f_.all_reduce(send_, recv_, count, ncclFloat32, ncclSum, comm_, st)
+                         : method == nccl_method::hierarchical3
+                             ? nccl_allreduce3(sf, lv_, comm_, send_, recv_, count, ncclFloat32, ncclSum, st)
                              : nccl_allreduce(sf, lv_, comm_, send_, recv_, count, ncclFloat32, ncclSum, st);
                     break;
                 case nccl_op::reduce_scatter:
@@ -272,7 +294,7 @@ public:
 
     /// Frees the communicators and buffers (the levels before the communicator they came from).
     void close() {
-        for (ncclComm_t* c : {&lv_.node, &lv_.rail, &comm_})
+        for (ncclComm_t* c : {&lv_.domain, &lv_.across, &lv_.node, &lv_.rail, &comm_})
             if (*c != nullptr) f_.comm_destroy(*c), *c = nullptr;
         for (void** p : {&send_, &recv_, &scratch_})
             if (*p != nullptr) memory_.release(*p), *p = nullptr;

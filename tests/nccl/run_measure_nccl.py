@@ -6,7 +6,8 @@ and shunt-info --explain. The double's figures only exercise the path; they are 
   run_measure_nccl.py --mpiexec M [--mpiexec-arg A]... --flavour F --measure SHUNT_MEASURE --double LIBNCCL_DOUBLE
                       --lib LIBSHUNT --shunt-info SHUNT_INFO --program NCCL_OPS
 
-Checks: both tables of each of the five operations for r4n2, at sizes from 1 MiB up, times positive and growing with
+Checks: both tables of each of the five operations for r4n2, NCCL's and the three-level allreduce's on one node of two
+GPU domains (r4n1), at sizes from 1 MiB up, times positive and growing with
 size, the file's other tables kept; a second run without --force measures nothing and leaves the file as it was; a
 one-node job and a corrupt file are refused clearly; the program's decisions (SHUNT_LOG=decide) name the tables and
 follow them, its results equal the run without shunt, and shunt ran exactly the operations the tables favour; shunt-info
@@ -206,6 +207,18 @@ def main():
             p, text = measure(args, os.path.join(tmp, "none.json"), env={"SHUNT_TOPOLOGY": f"node={RANKS}"})
             if p.returncode != 77 or "one node" not in p.stderr or os.path.exists(os.path.join(tmp, "none.json")):
                 raise Failure(f"{text}: one node must exit 77 and say so:\n{p.stdout}{p.stderr}")
+            # GPU domains inside the node (domain=2;node=4: one node of two domains of 2 ranks): NCCL's allreduce and
+            # the three-level schedule only, the two-level one being no schedule on one node.
+            domains = os.path.join(tmp, "domains.json")
+            p, text = measure(args, domains, ["--only", "nccl.allreduce."], env={"SHUNT_TOPOLOGY": "domain=2;node=4"})
+            if p.returncode != 0:
+                raise Failure(f"{text}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+            with open(domains) as f:
+                got = json.load(f)["tables"]
+            want_names = ["nccl.allreduce.hierarchical3.r4n1", "nccl.allreduce.library.r4n1"]
+            if sorted(got) != want_names or any(not pts or any(pt[1] <= 0 for pt in pts) for pts in got.values()):
+                raise Failure(f"{text}: wrote {sorted(got)}, not {want_names} with positive times:\n{p.stdout}")
+            print(f"measured with GPU domains: {', '.join(sorted(got))}")
             corrupt = os.path.join(tmp, "corrupt.json")
             with open(corrupt, "w") as f:
                 f.write('{"schema": "shunt-model", "tables": {"nccl.allreduce')

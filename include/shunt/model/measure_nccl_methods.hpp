@@ -1,5 +1,5 @@
-// shunt/model/measure_nccl_methods.hpp: measuring the NCCL executor's tables nccl.<op>.<library|hierarchical>.r<R>n<N>:
-// NCCL's own collective and shunt's schedule over node and rail communicators, interleaved, on every rank of the job.
+// shunt/model/measure_nccl_methods.hpp: measuring the NCCL executor's tables nccl.<op>.<method>.r<R>n<N>: NCCL's
+// own collective and shunt's schedules over node and rail (and GPU domain) communicators, interleaved, on every rank.
 #pragma once
 
 #include <shunt/errors.hpp>
@@ -34,19 +34,24 @@ using nccl_method_run =
 /// every wanted method in turn after a barrier (interleaved, so that a slow spell of the machine
 /// falls on both), a batch's time the slowest rank's; a point is the best trial. A method whose
 /// call fails on some rank loses its table for that operation, with a note on rank 0 through
-/// `note`. Collective over MPI_COMM_WORLD; returns the same tables on every rank.
+/// `note`. `methods`: those the job's levels allow (NCCL and the two-level schedule by default;
+/// hierarchical3 is measured for allreduce only). Collective over MPI_COMM_WORLD; returns the
+/// same tables on every rank.
 inline std::vector<std::pair<std::string, time_table>> measure_nccl_method_tables(
     const nccl_method_run& run, const nccl_shape& shape, std::span<const nccl_op> ops, std::span<const double> sizes,
     const timing_policy& pol, const std::function<bool(const std::string&)>& wanted,
-    const std::function<void(const std::string&)>& note) {
+    const std::function<void(const std::string&)>& note, std::span<const nccl_method> methods = {}) {
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    constexpr nccl_method methods[] = {nccl_method::library, nccl_method::hierarchical};
+    constexpr nccl_method two_levels[] = {nccl_method::library, nccl_method::hierarchical};
+    if (methods.empty()) methods = two_levels;
     std::vector<std::pair<std::string, time_table>> out;
     for (const nccl_op op : ops) {
         std::vector<nccl_method> todo;
         for (const nccl_method m : methods)
-            if (!detail::all_ranks(!wanted(table_names::nccl(op, m, shape)))) todo.push_back(m);
+            if ((m != nccl_method::hierarchical3 || op == nccl_op::allreduce) &&
+                !detail::all_ranks(!wanted(table_names::nccl(op, m, shape))))
+                todo.push_back(m);
         std::vector<std::vector<table_point>> points(todo.size());
         std::vector<bool> failed(todo.size(), false);
         const auto attempt = [&](std::size_t i, std::size_t bytes, int reps) {
