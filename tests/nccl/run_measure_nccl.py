@@ -7,8 +7,8 @@ and shunt-info --explain. The double's figures only exercise the path; they are 
                       --lib LIBSHUNT --shunt-info SHUNT_INFO --program NCCL_OPS
 
 Checks: both tables of each of the five operations for r4n2, NCCL's and the three-level allreduce's on one node of two
-GPU domains (r4n1), at sizes from 1 MiB up, times positive, the largest size above the smallest, with
-size, the file's other tables kept; a second run without --force measures nothing and leaves the file as it was; a
+GPU domains (r4n1), at sizes from 1 MiB up, times positive, the largest size's above the smallest's,
+the file's other tables kept; a second run without --force measures nothing and leaves the file as it was; a
 one-node job and a corrupt file are refused clearly; the program's decisions (SHUNT_LOG=decide) name the tables and
 follow them, its results equal the run without shunt, and shunt ran exactly the operations the tables favour; shunt-info
 predicts a table's own points. Exit status: 0 pass, 1 fail, 77 where shunt-measure cannot run the mode here.
