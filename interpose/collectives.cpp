@@ -257,6 +257,52 @@ int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
 // ---- nonblocking and persistent calls ----
 
 template <class Form>
+pass_reason coll_executor::screen_nonblocking(shim s, const mpi_coll_args& a, bool settled, mpi_coll_facts& f,
+                                              context*& ctx, nonblocking_plan::pick& pick) noexcept {
+    // Device buffers: the library's own nonblocking call, as before shunt ran these.
+    if (rt_.devices().in_use()) return pass_reason::unsupported;
+    try {
+        std::int64_t key = -1;
+        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
+        if (why != pass_reason::none) return why;
+        ctx = existing_context(a.comm);
+        if (ctx == nullptr) return pass_reason::not_set_up;
+        if (!ctx->usable) return ctx->why;
+        if (settled && key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) return pass_reason::planned;
+        memo_source types(rt_.memo(), rt_.types());
+        why = Form::check(a, types, f);
+        if (why != pass_reason::none) return why;
+        // User-defined reductions stay with the library: the application may free its MPI_Op
+        // while the call is in flight, and MPI gives shunt no way to keep it.
+        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass_reason::unsupported;
+        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
+        return why;
+    } catch (const std::exception& e) {
+        // Before the decision: what fails here fails alike on every rank, or comes of an
+        // erroneous call the library then judges.
+        rt_.internal_failure(s, e.what());
+        return pass_reason::internal;
+    }
+}
+
+namespace {
+
+/// The schedule a nonblocking or persistent call of `Form` runs on its fiber, with tag `tag`.
+template <class Form>
+auto nonblocking_schedule(const mpi_coll_args& a, const mpi_coll_facts& f, const coll_executor::context& ctx,
+                          const nonblocking_plan::pick& pick, int tag) {
+    return [a, f, topo = ctx.topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
+        collective_options opt;
+        opt.levels = levels;
+        opt.mpi_tag = tag;
+        opt.mpi_wait = &w;
+        Form::run(*topo, a, f, opt);
+    };
+}
+
+}  // namespace
+
+template <class Form>
 int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept {
     const auto pass = [&](pass_reason why) {
         rt_.count_pass(direction::collective, why);
@@ -264,47 +310,16 @@ int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept
     };
     if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
     if (request == nullptr) return pass(pass_reason::bad_argument);
-    // Device buffers: the library's own nonblocking call, as before shunt ran these.
-    if (rt_.devices().in_use()) return pass(pass_reason::unsupported);
     mpi_coll_facts f;
     context* ctx = nullptr;
     nonblocking_plan::pick pick;
-    try {
-        std::int64_t key = -1;
-        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
-        if (why != pass_reason::none) return pass(why);
-        ctx = existing_context(a.comm);
-        if (ctx == nullptr) return pass(pass_reason::not_set_up);
-        if (!ctx->usable) return pass(ctx->why);
-        if (key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) return pass(pass_reason::planned);
-        memo_source types(rt_.memo(), rt_.types());
-        why = Form::check(a, types, f);
-        if (why != pass_reason::none) return pass(why);
-        // User-defined reductions stay with the library: the application may free its MPI_Op
-        // while the call is in flight, and MPI gives shunt no way to keep it.
-        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass(pass_reason::unsupported);
-        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
-        if (why != pass_reason::none) return pass(why);
-    } catch (const std::exception& e) {
-        // Before the decision: what fails here fails alike on every rank, or comes of an
-        // erroneous call the library then judges.
-        rt_.internal_failure(s, e.what());
-        return pass(pass_reason::internal);
-    }
+    if (const pass_reason why = screen_nonblocking<Form>(s, a, true, f, ctx, pick); why != pass_reason::none)
+        return pass(why);
     try {
         auto hold = std::make_shared<call_hold>();
         hold->take(a, f, rt_.memo());
         const int tag = ctx->tag_first + static_cast<int>(ctx->nbc_calls.fetch_add(1) % ctx->tag_span);
-        rt_.nbc().launch(
-            s, f.bytes,
-            [a, f, topo = ctx->topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
-                collective_options opt;
-                opt.levels = levels;
-                opt.mpi_tag = tag;
-                opt.mpi_wait = &w;
-                Form::run(*topo, a, f, opt);
-            },
-            std::move(hold), request);
+        rt_.nbc().launch(s, f.bytes, nonblocking_schedule<Form>(a, f, *ctx, pick, tag), std::move(hold), request);
         rt_.count_collective(s, f.bytes);
         return MPI_SUCCESS;
     } catch (const std::exception& e) {
@@ -325,44 +340,18 @@ int coll_executor::init(shim s, mpi_coll_args a, MPI_Info info, MPI_Request* req
     };
     if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
     if (request == nullptr) return pass(pass_reason::bad_argument);
-    if (rt_.devices().in_use()) return pass(pass_reason::unsupported);
     mpi_coll_facts f;
     context* ctx = nullptr;
     nonblocking_plan::pick pick;
-    try {
-        std::int64_t key = -1;
-        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
-        if (why != pass_reason::none) return pass(why);
-        ctx = existing_context(a.comm);
-        if (ctx == nullptr) return pass(pass_reason::not_set_up);
-        if (!ctx->usable) return pass(ctx->why);
-        memo_source types(rt_.memo(), rt_.types());
-        why = Form::check(a, types, f);
-        if (why != pass_reason::none) return pass(why);
-        // User-defined reductions stay with the library: the application may free its MPI_Op
-        // while the call is in flight, and MPI gives shunt no way to keep it.
-        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass(pass_reason::unsupported);
-        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
-        if (why != pass_reason::none) return pass(why);
-    } catch (const std::exception& e) {
-        rt_.internal_failure(s, e.what());
-        return pass(pass_reason::internal);
-    }
+    if (const pass_reason why = screen_nonblocking<Form>(s, a, false, f, ctx, pick); why != pass_reason::none)
+        return pass(why);
     try {
         auto hold = std::make_shared<call_hold>();
         hold->take(a, f, rt_.memo());
         const int tag =
             ctx->tag_first + ctx->tag_span + static_cast<int>(ctx->persistent_calls.fetch_add(1) % ctx->tag_span);
-        rt_.nbc().make_persistent(
-            s, f.bytes,
-            [a, f, topo = ctx->topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
-                collective_options opt;
-                opt.levels = levels;
-                opt.mpi_tag = tag;
-                opt.mpi_wait = &w;
-                Form::run(*topo, a, f, opt);
-            },
-            std::move(hold), request);
+        rt_.nbc().make_persistent(s, f.bytes, nonblocking_schedule<Form>(a, f, *ctx, pick, tag), std::move(hold),
+                                  request);
         rt_.count_collective(s, f.bytes);
         return MPI_SUCCESS;
     } catch (const std::exception& e) {

@@ -94,6 +94,13 @@ private:
     /// library with why (`why` set) where shunt cannot run it; logs it on first use.
     nonblocking_plan::pick nonblocking_pick(shim s, context& ctx, coll_op op, const mpi_coll_facts& f,
                                             pass_reason& why) noexcept;
+    /// The checks of a nonblocking or persistent call of `Form` before shunt's schedule may run it:
+    /// none with `f`, `ctx` and `pick` filled, else why the library takes it. `settled`: a call
+    /// whose size class the planner settled on the library passes (nonblocking calls; persistent
+    /// ones are planned when made).
+    template <class Form>
+    pass_reason screen_nonblocking(shim s, const mpi_coll_args& a, bool settled, mpi_coll_facts& f, context*& ctx,
+                                   nonblocking_plan::pick& pick) noexcept;
     /// The agreement of the planners (element-wise maximum over comm's ranks), progressing
     /// nonblocking schedules while it waits.
     collective_tuner::agree_fn agree_on(MPI_Comm comm) noexcept;
