@@ -640,8 +640,7 @@ ncclResult_t nccl_executor::comm_finalize(ncclComm_t comm) noexcept {
     return real_.comm_finalize(comm);
 }
 
-ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
-    tally(nccl_shim::comm_destroy);
+void nccl_executor::forget(ncclComm_t comm, nccl_shim how) noexcept {
     std::shared_ptr<comm_state> c;
     try {
         const std::unique_lock lock(mutex_);
@@ -650,23 +649,19 @@ ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
             comms_.erase(it);
         }
     } catch (...) {}
-    if (c != nullptr) release_levels(*c, nccl_shim::comm_destroy);
+    if (c != nullptr) release_levels(*c, how);
     nccl_compression_forget(comm);
+}
+
+ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
+    tally(nccl_shim::comm_destroy);
+    forget(comm, nccl_shim::comm_destroy);
     return real_.comm_destroy(comm);
 }
 
 ncclResult_t nccl_executor::comm_abort(ncclComm_t comm) noexcept {
     tally(nccl_shim::comm_abort);
-    std::shared_ptr<comm_state> c;
-    try {
-        const std::unique_lock lock(mutex_);
-        if (auto it = comms_.find(comm); it != comms_.end()) {
-            c = std::move(it->second);
-            comms_.erase(it);
-        }
-    } catch (...) {}
-    if (c != nullptr) release_levels(*c, nccl_shim::comm_abort);
-    nccl_compression_forget(comm);
+    forget(comm, nccl_shim::comm_abort);
     return real_.comm_abort(comm);
 }
 

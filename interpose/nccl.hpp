@@ -99,6 +99,9 @@ private:
     bool capturing(cudaStream_t stream) const noexcept;
     /// Levels of `c` torn down with the user's communicator (by `how`: finalize, destroy, abort).
     void release_levels(comm_state& c, nccl_shim how) noexcept;
+    /// Drops comm's state (its levels released by `how`) and its compression state: ncclCommDestroy
+    /// and ncclCommAbort, before the real call.
+    void forget(ncclComm_t comm, nccl_shim how) noexcept;
     void tally(nccl_shim s) noexcept { calls_[static_cast<std::size_t>(s)].fetch_add(1, std::memory_order_relaxed); }
     ncclResult_t pass(nccl_shim s, pass_reason why) noexcept;
     ncclResult_t done(nccl_shim s, ncclResult_t r) noexcept;
