@@ -52,6 +52,33 @@ int context_keyval() {
     return keyval;
 }
 
+/// Collectives whose settled decision depends only on (communicator, receive count and type,
+/// reduction): the key of their kept calls.
+template <class Form>
+constexpr bool kept_by_recv =
+    Form::op == coll_op::allreduce || Form::op == coll_op::reduce || Form::op == coll_op::reduce_scatter_block ||
+    Form::op == coll_op::bcast || Form::op == coll_op::allgather || Form::op == coll_op::alltoall;
+
+/// The thread's last call of each collective that went to the library by the planner's settled
+/// decision: a repeat of it (same communicator, count, datatype and reduction, no communicator
+/// freed and no datatype committed, duplicated or freed since) goes straight to the library.
+/// Settled decisions never change, so the repeat would be planned the same way.
+struct kept_collective {
+    MPI_Comm comm{};
+    MPI_Datatype type{};
+    MPI_Op op{};
+    int count = -1;  ///< -1: nothing kept
+    std::uint64_t contexts = 0, types = 0;
+    collective_tuner* tuner = nullptr;  ///< the communicator's, alive while `contexts` holds
+    std::int64_t bytes = 0;
+    bool live = false;
+    /// Nonblocking calls: kept by the settled decision (final), or by the plan made when the
+    /// communicator was set up, which holds until a blocking call settles the size class.
+    bool settled = true;
+};
+thread_local kept_collective kept_collectives[coll_op_names.size()];
+thread_local kept_collective kept_nonblocking[coll_op_names.size()];
+
 const char* method_text(coll_method m) { return m == coll_method::library ? "the library" : "shunt's schedule"; }
 
 /// A type_source over the preload library's type cache and per-thread memo.
@@ -129,12 +156,38 @@ mpi_coll_args describe_first(std::tuple<A...> args, std::index_sequence<I...>) {
 
 }  // namespace
 
+template <class Form>
+[[gnu::always_inline]] inline bool coll_executor::kept(const mpi_coll_args& a, bool nonblocking) noexcept {
+    if constexpr (kept_by_recv<Form>) {
+        constexpr bool compressible = Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block;
+        const kept_collective& k =
+            (nonblocking ? kept_nonblocking : kept_collectives)[static_cast<std::size_t>(Form::op)];
+        if (k.count != a.recvcount || k.comm != a.comm || k.type != a.recvtype || k.op != a.op ||
+            k.contexts != context_epoch.load(std::memory_order_acquire) || k.types != rt_.memo().generation() ||
+            !rt_.running_now() || rt_.devices().in_use_relaxed() ||
+            (compressible && !nonblocking && rt_.compression().wanted()) ||
+            (!k.settled && k.tuner->settled(Form::op, k.bytes, k.live)))
+            return false;
+        // The use count only feeds SHUNT_REPORT and the decide log.
+        if (rt_.cfg().report != report_mode::off || rt_.cfg().log.enabled(log_level::debug, log_category::decide))
+            k.tuner->count_settled(Form::op, k.bytes, k.live);
+        return true;
+    }
+    return false;
+}
+
 // ---- entry points: one descriptor each (the form's describe), one path for all ----
 
-#define SHUNT_COLL_ENTRY_(name, Name, params, args)                           \
-    int runtime::name params noexcept {                                       \
-        this->count(shim::name);                                              \
-        return colls_.run<mpi_##name>(shim::name, mpi_##name::describe args); \
+#define SHUNT_COLL_ENTRY_(name, Name, params, args)                                \
+    int runtime::name params noexcept {                                            \
+        const mpi_coll_args a = mpi_##name::describe args;                         \
+        if (colls_.kept<mpi_##name>(a, false)) [[likely]] {                        \
+            count_passed(shim::name, direction::collective, pass_reason::planned); \
+            nbc_.progress();                                                       \
+            return mpi_##name::library(a);                                         \
+        }                                                                          \
+        this->count(shim::name);                                                   \
+        return colls_.run<mpi_##name>(shim::name, a);                              \
     }
 SHUNT_MPI_COLL_CALLS(SHUNT_COLL_ENTRY_)
 #undef SHUNT_COLL_ENTRY_
@@ -151,13 +204,18 @@ using mpi_ibcast = mpi_bcast;
 using mpi_ialltoall = mpi_alltoall;
 using mpi_ialltoallv = mpi_alltoallv;
 
-#define SHUNT_NBC_ENTRY_(name, Name, params, args)                                                                  \
-    int runtime::name params noexcept {                                                                             \
-        this->count(shim::name);                                                                                    \
-        auto all = std::make_tuple args;                                                                            \
-        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 1;                                             \
-        return colls_.start<mpi_##name>(shim::name, describe_first<mpi_##name>(all, std::make_index_sequence<n>{}), \
-                                        std::get<n>(all));                                                          \
+#define SHUNT_NBC_ENTRY_(name, Name, params, args)                                              \
+    int runtime::name params noexcept {                                                         \
+        auto all = std::make_tuple args;                                                        \
+        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 1;                         \
+        const mpi_coll_args a = describe_first<mpi_##name>(all, std::make_index_sequence<n>{}); \
+        MPI_Request* const req = std::get<n>(all);                                              \
+        if (req != nullptr && colls_.kept<mpi_##name>(a, true)) [[likely]] {                    \
+            count_passed(shim::name, direction::collective, pass_reason::planned);              \
+            return mpi_##name::ilibrary(a, req);                                                \
+        }                                                                                       \
+        this->count(shim::name);                                                                \
+        return colls_.start<mpi_##name>(shim::name, a, req);                                    \
     }
 SHUNT_MPI_NBC_CALLS(SHUNT_NBC_ENTRY_)
 #undef SHUNT_NBC_ENTRY_
@@ -189,8 +247,9 @@ SHUNT_MPI_PERSISTENT_CALLS(SHUNT_INIT_ENTRY_)
 
 template <class Form>
 int coll_executor::run(shim s, mpi_coll_args a) noexcept {
-    if constexpr (Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block ||
-                  Form::op == coll_op::reduce_scatter) {
+    constexpr bool compressible = Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block ||
+                                  Form::op == coll_op::reduce_scatter;
+    if constexpr (compressible) {
         compress_executor& c = rt_.compression();
         if (c.wanted()) {
             struct call {
@@ -224,13 +283,24 @@ int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
         return library();
     };
     if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
+    // Both generations before the lookup: a change meanwhile leaves the kept call stale.
+    const std::uint64_t contexts = context_epoch.load(std::memory_order_acquire);
+    const std::uint64_t types = rt_.memo().generation();
     mpi_coll_facts f;
     device_stage dev(rt_.devices().in_use(), rt_.devices().library_takes_device());
     try {
         std::int64_t key = -1;
         pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
         if (why != pass_reason::none) return pass(why);
-        if (key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) return pass(pass_reason::planned);
+        if (key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) {
+            if constexpr (kept_by_recv<Form>) {
+                if (!rt_.devices().in_use())
+                    if (context* ctx = existing_context(a.comm))
+                        kept_collectives[static_cast<std::size_t>(Form::op)] = {
+                            a.comm, a.recvtype, a.op, a.recvcount, contexts, types, ctx->tuner.get(), key, f.live};
+            }
+            return pass(pass_reason::planned);
+        }
         memo_source types(rt_.memo(), rt_.types());
         why = Form::check(a, types, f);
         if (why != pass_reason::none) return pass(why);
@@ -303,6 +373,23 @@ auto nonblocking_schedule(const mpi_coll_args& a, const mpi_coll_facts& f, const
 }  // namespace
 
 template <class Form>
+void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t contexts, std::uint64_t types) noexcept {
+    if (rt_.devices().in_use() || rt_.cfg().coll == coll_choice::shunt) return;
+    context* ctx = existing_context(a.comm);
+    if (ctx == nullptr || !ctx->usable) return;
+    try {
+        mpi_coll_facts f;
+        std::int64_t key = -1;
+        if (Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key) != pass_reason::none || key < 0) return;
+        const bool settled = ctx->tuner->settled(Form::op, key, f.live).has_value();
+        kept_nonblocking[static_cast<std::size_t>(Form::op)] = {a.comm, a.recvtype,       a.op, a.recvcount, contexts,
+                                                                types,  ctx->tuner.get(), key,  f.live,      settled};
+    } catch (...) {
+        // Nothing kept: the next call decides again.
+    }
+}
+
+template <class Form>
 int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept {
     const auto pass = [&](pass_reason why) {
         rt_.count_pass(direction::collective, why);
@@ -313,8 +400,14 @@ int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept
     mpi_coll_facts f;
     context* ctx = nullptr;
     nonblocking_plan::pick pick;
-    if (const pass_reason why = screen_nonblocking<Form>(s, a, true, f, ctx, pick); why != pass_reason::none)
+    const std::uint64_t contexts = context_epoch.load(std::memory_order_acquire);
+    const std::uint64_t types = rt_.memo().generation();
+    if (const pass_reason why = screen_nonblocking<Form>(s, a, true, f, ctx, pick); why != pass_reason::none) {
+        if constexpr (kept_by_recv<Form>) {
+            if (why == pass_reason::planned) keep_nonblocking<Form>(a, contexts, types);
+        }
         return pass(why);
+    }
     try {
         auto hold = std::make_shared<call_hold>();
         hold->take(a, f, rt_.memo());
