@@ -87,7 +87,7 @@ struct nccl_state {
     compressed_scratch scratch;
     std::vector<float> wide_in, wide_out, exact;  ///< half and bfloat16 data widened; shadow checks' exact sum
     std::uint64_t compressed = 0;  ///< compressed calls (shadow checks count them)
-    device_buffer message, parts, corrected, mine, workspace, shadow;
+    device_buffer message, parts, corrected, mine, workspace, shadow, wide_in_dev, wide_out_dev;
     // What the header API set on this communicator: its consent, error feedback to restore.
     std::optional<compress_consent> consent;
     std::vector<std::byte> restore;
@@ -532,8 +532,6 @@ bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* 
     const auto n = static_cast<std::int64_t>(count);
     bool device = false;
     if (!path_of(sendbuff, recvbuff, device)) return false;
-    // The CUDA compressors take floats: half and bfloat16 device buffers go to NCCL unchanged.
-    if (device && *elem != compress::element::f32) return false;
     const std::lock_guard lock(c->mutex);
     const compress_consent consent = exec.consent_for(c->consent);
     if (!consent.on || consent.methods == 0) return false;
@@ -590,12 +588,24 @@ bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* 
         if (device) {
             const auto* in = static_cast<const float*>(sendbuff);
             auto* out = static_cast<float*>(recvbuff);
+            // Half and bfloat16 data: widened exactly by the cast's decompression, the result
+            // narrowed by its compression (round to nearest even), stream-ordered as the rest.
+            const bool wide = *elem != compress::element::f32;
+            const compress::params cast =
+                compress::defaults(*elem == compress::element::bf16 ? compress::method::bf16 : compress::method::fp16);
+            if (wide) {
+                auto* w = static_cast<float*>(c->wide_in_dev.get(floats, st));
+                out = static_cast<float*>(c->wide_out_dev.get(floats, st));
+                compress::gpu::decompress(cast, sendbuff, n, w, st);
+                in = w;
+            }
             void* exact = nullptr;
             if (shadow) {  // the exact sum first: an in-place call writes over its input
                 exact = c->shadow.get(floats, st);
                 check(real.all_reduce(in, exact, count, ncclFloat32, ncclSum, comm, stream), "the shadow check's sum");
             }
             result = device_all_reduce(real, comm, stream, in, out, n, c->nranks, o, *c, site);
+            if (wide && result == ncclSuccess) compress::gpu::compress(cast, out, n, recvbuff, nullptr, st);
             if (shadow && result == ncclSuccess) {
                 detail::ccoll::ensure(c->exact, n);
                 detail::ccoll::ensure(c->wide_out, n);

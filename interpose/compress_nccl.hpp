@@ -11,8 +11,8 @@ class runtime;
 struct nccl_real;
 
 /// Runs one ncclAllReduce compressed when the consent (SHUNT_COMPRESS, or the header API's for
-/// the calling thread's scope or the communicator), the call (a sum of ncclFloat32, or on host
-/// buffers ncclFloat16 or ncclBfloat16) and the communicator's plan allow it:
+/// the calling thread's scope or the communicator), the call (a sum of ncclFloat32, ncclFloat16 or
+/// ncclBfloat16) and the communicator's plan allow it:
 /// true with NCCL's result in `result`; false when the call is to run as without compression
 /// (it then must, on every rank alike: the decision rests on what every rank knows alike). The
 /// compressed form travels through NCCL's own ncclAllReduce or ncclAllGather on `stream`. Call
