@@ -441,8 +441,9 @@ ncclResult_t nccl_executor::all_reduce(const void* sendbuff, void* recvbuff, siz
     tally(nccl_shim::all_reduce);
     std::shared_ptr<comm_state> c;
     // Gradient compression first, where consented (compress_nccl.cpp): outside groups and graph
-    // capture, on blocking communicators of shunt's knowing; float sums only (checked there).
-    if (rt_.compression().wanted() && nccl_group_depth == 0 && datatype == ncclFloat32 && op == ncclSum) {
+    // capture, on blocking communicators of shunt's knowing; float, half and bfloat16 sums only.
+    if (rt_.compression().wanted() && nccl_group_depth == 0 && op == ncclSum &&
+        (datatype == ncclFloat32 || datatype == ncclFloat16 || datatype == ncclBfloat16)) {
         try {
             c = state_of(comm);
         } catch (...) {}

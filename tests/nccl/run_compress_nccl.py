@@ -15,6 +15,16 @@ Each run has the built-in model (an empty cache directory) and these expectation
 - the same with SHUNT_COMPRESS_WARMUP=20 (more than the run's steps): nothing compressed;
 - the same with a NaN at step 8 on one rank: that call exact (NaN where it was, the rest exact), one
   warning, one fallback counted on every rank;
+- the same with SHUNT_COMPRESS_CHECK=2: shadow lines with the relative error of every second
+  compressed call, each within the bound;
+- half and bfloat16 gradients (ncclFloat16, ncclBfloat16), values exact in either type, checked against
+  the program's sum in double: without consent half bit for bit, bfloat16 within NCCL's rounding;
+  SHUNT_COMPRESS=auto on 2 nodes keeps them exact (the casts are no smaller than the data, and int8's
+  allgather no cheaper than NCCL's ring under the built-in model); SHUNT_COMPRESS=randomk compresses
+  them (the plan's half positions random-k, at least 9 calls per rank; its error is about 1, as
+  random-k keeps one element in 100 and error feedback carries the rest to later steps); a NaN in
+  half data: that call exact, one warning, one fallback per rank;
+- the header API on NCCL communicators (compress-nccl control, its own checks), at every rank count;
 - with fewer than 4 ranks: SHUNT_COMPRESS=off compresses nothing, and SHUNT_COMPRESS=auto on one node
   (no topology: no link to save) plans every call exact, every result bit for bit.
 Exit status: 0 pass, 1 fail.
@@ -72,6 +82,15 @@ def main():
             fail(f"{what}: {len(counts)} compression report lines, expected {ranks}", p)
         return counts
 
+    # The header API on NCCL communicators, nodes of 2 ranks.
+    p, what = run(["control"], topology="node=2")
+    print(f"ok: {what}: {p.stdout.strip()}")
+    # Half and bfloat16 without consent: exact (the program checks), no compression line.
+    for ty in ("f16", "bf16"):
+        p, what = run(["exact", "-1", ty])
+        if "compression:" in p.stderr:
+            fail(f"{what}: a compression report without consent", p)
+        print(f"ok: {what}: {p.stdout.strip()}")
     # Off by default: exact, no compression line.
     p, what = run(["exact"])
     if "compression:" in p.stderr:
@@ -126,6 +145,39 @@ def main():
 
     # NaN at step 8 on one rank: that call exact, one warning, one fallback on every rank.
     p, what = run(["lossy", "8"], **two_nodes)
+    if len(re.findall(r"NaN or Inf in a compressed reduction", p.stderr)) != 1:
+        fail(f"{what}: expected one warning", p)
+    if len(re.findall(r" 1 non-finite fallbacks", p.stderr)) != ranks:
+        fail(f"{what}: expected one fallback on every rank", p)
+    print(f"ok: {what}: one warning, one fallback per rank; {p.stdout.strip()}")
+
+    # Shadow checks.
+    p, what = run(["lossy"], compress_check=2, **two_nodes)
+    errors = [float(e) for e in re.findall(r"compression check: ncclAllReduce .*relative error ([0-9.e+-]+)", p.stderr)]
+    if len(errors) < 4 or max(errors) > 5e-2 or min(errors) <= 0:
+        fail(f"{what}: shadow checks {errors}", p)
+    print(f"ok: {what}: {len(errors)} shadow checks, relative errors up to {max(errors):.3g}")
+
+    # Half and bfloat16 gradients under auto: the plan keeps them exact (nothing it may use pays).
+    for ty in ("f16", "bf16"):
+        p, what = run(["lossy", "-1", ty, "1e-2"], log="debug:decide", **two_nodes)
+        halves = re.findall(r"position \d+: ncclAllReduce of (\d+) (halves|bfloat16s) -> ([^(]+)\(", p.stderr)
+        if len(halves) != 3 or any(o.strip() != "exact" for _, _, o in halves):
+            fail(f"{what}: expected the 3 gradients planned exact, got {halves}", p)
+        print(f"ok: {what}: planned exact; {p.stdout.strip()}")
+    # Half and bfloat16 gradients under random-k: compressed, within random-k's bound.
+    randomk = dict(compress="randomk", topology=f"node={max(1, ranks // 2)}")
+    for ty in ("f16", "bf16"):
+        p, what = run(["lossy", "-1", ty, "1.5"], log="debug:decide", **randomk)
+        halves = re.findall(r"position \d+: ncclAllReduce of (\d+) (halves|bfloat16s) -> ([^(]+)\(", p.stderr)
+        if len(halves) != 3 or any(not o.strip().startswith("randomk") for _, _, o in halves):
+            fail(f"{what}: expected the 3 gradients planned random-k, got {halves}", p)
+        counts = compressed_counts(p, what)
+        if min(counts) < 9 or len(set(counts)) != 1:
+            fail(f"{what}: compressed calls per rank {counts}, expected at least 9 and equal", p)
+        print(f"ok: {what}: {counts[0]} calls compressed per rank; {p.stdout.strip()}")
+    # NaN in half data.
+    p, what = run(["lossy", "8", "f16", "1.5"], **randomk)
     if len(re.findall(r"NaN or Inf in a compressed reduction", p.stderr)) != 1:
         fail(f"{what}: expected one warning", p)
     if len(re.findall(r" 1 non-finite fallbacks", p.stderr)) != ranks:
