@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
@@ -34,8 +35,11 @@ void allgather(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std
     auto* out = static_cast<std::byte*>(recvbuf);
     t.copy(out + me * bytes, sendbuf, bytes);  // nothing to do in place
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
-    for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r, 1};
-    detail::hierarchical_allgather(t, h, out, bytes, own, opt.flat, opt);
+    for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r * bytes, bytes};
+    const int chunks = detail::pipeline_chunks(t, p * bytes, opt);
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        detail::hierarchical_allgather(tc, h, out, 1, detail::chunk_ranges(own, chunks, c), opt.flat, opt);
+    });
 }
 
 /// MPI form on a communicator's topology: like MPI_Allgather with sendtype/sendcount equal to

@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/topology/hierarchy.hpp>
@@ -20,8 +21,9 @@ namespace shunt {
 /// ranks) and options; blocking. sendbuf == recvbuf means in place. The reduction must be
 /// commutative. Schedule: reduce-scatter inside each innermost group, then at each level only
 /// on the part each rank owns, the top level exchanging the smallest parts, then allgather
-/// back down; every rank owns a part, none leads. The combination order depends only on the
-/// hierarchy and count: results are identical run to run and on every rank.
+/// back down; every rank owns a part, none leads. Large vectors run pipelined in chunks
+/// (opt.pipeline_bytes, collectives/pipeline.hpp). The combination order depends only on the
+/// hierarchy and count, not on the chunks: results are identical run to run and on every rank.
 template <transport T>
 void allreduce(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::int64_t count,
                const typename T::reduction_type& red, const collective_options& opt = {}) {
@@ -32,8 +34,12 @@ void allreduce(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std
     if (sendbuf != recvbuf) t.copy(work, sendbuf, count * es);
     if (t.size() == 1) return;
     const auto own = detail::free_ranges(h, count);
-    detail::hierarchical_reduce_scatter(t, h, work, own, red, opt.flat);
-    detail::hierarchical_allgather(t, h, work, es, own, opt.flat, opt);
+    const int chunks = detail::pipeline_chunks(t, count * es, opt);
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto mine = detail::chunk_ranges(own, chunks, c);
+        detail::hierarchical_reduce_scatter(tc, h, work, mine, red, opt.flat);
+        detail::hierarchical_allgather(tc, h, work, es, mine, opt.flat, opt);
+    });
 }
 
 /// MPI form on a communicator's topology: like MPI_Allreduce on the communicator topo was

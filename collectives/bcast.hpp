@@ -3,12 +3,14 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
 #include <shunt/topology/hierarchy.hpp>
 #include <shunt/topology/topology.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -31,27 +33,34 @@ void bcast(T& t, const hierarchy& h, void* buf, std::int64_t bytes, int root, co
     const int p = t.size(), me = t.rank();
     auto* data = static_cast<std::byte*>(buf);
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
+    std::vector<int> group;  // the ranks the root scatters to (none for trees)
     if (bytes <= opt.bcast_tree_bytes) {
         own[static_cast<std::size_t>(root)] = {0, bytes};
     } else {
         // The root's group at the outermost described level (the whole group without levels).
         const int k = h.levels() > 0 ? h.levels() - 1 : 0;
-        const auto group = h.members(k, h.group_of(k, root));
+        const auto members = h.members(k, h.group_of(k, root));
+        group.assign(members.begin(), members.end());
         const auto parts = static_cast<std::int64_t>(group.size());
         for (std::int64_t i = 0; i < parts; ++i)
             own[static_cast<std::size_t>(group[static_cast<std::size_t>(i)])] = detail::balanced_part(bytes, parts, i);
+    }
+    const int chunks = detail::pipeline_chunks(t, bytes, opt);
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto mine = detail::chunk_ranges(own, chunks, c);
         if (me == root) {
             std::vector<send_message> sends;
             for (int r : group)
                 if (r != root)
                     sends.push_back(
-                        {r, data + own[static_cast<std::size_t>(r)].offset, own[static_cast<std::size_t>(r)].count});
-            t.exchange(sends, {});
-        } else if (own[static_cast<std::size_t>(me)].count > 0) {
-            t.recv(root, data + own[static_cast<std::size_t>(me)].offset, own[static_cast<std::size_t>(me)].count);
+                        {r, data + mine[static_cast<std::size_t>(r)].offset, mine[static_cast<std::size_t>(r)].count});
+            tc.exchange(sends, {});
+        } else if (std::find(group.begin(), group.end(), me) != group.end() &&
+                   mine[static_cast<std::size_t>(me)].count > 0) {
+            tc.recv(root, data + mine[static_cast<std::size_t>(me)].offset, mine[static_cast<std::size_t>(me)].count);
         }
-    }
-    detail::hierarchical_allgather(t, h, data, 1, own, opt.flat, opt);
+        detail::hierarchical_allgather(tc, h, data, 1, mine, opt.flat, opt);
+    });
 }
 
 /// MPI form on a communicator's topology: like MPI_Bcast. Throws shunt::unsupported for types

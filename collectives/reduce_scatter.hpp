@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
@@ -45,7 +46,10 @@ void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf
     // stays as it was, as the libraries leave it.
     auto work = t.scratch(n * es);
     t.copy(work.data(), sendbuf, n * es);
-    detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
+    const int chunks = detail::pipeline_chunks(t, n * es, opt);
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        detail::hierarchical_reduce_scatter(tc, h, work.data(), detail::chunk_ranges(own, chunks, c), red, opt.flat);
+    });
     t.copy(out, work.data() + mine.offset * es, mine.count * es);
 }
 
