@@ -31,14 +31,23 @@ void allreduce(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std
     const std::int64_t es = red.element_size();
     auto* work = static_cast<std::byte*>(recvbuf);
     if (count <= 0) return;
-    if (sendbuf != recvbuf) t.copy(work, sendbuf, count * es);
+    const int chunks = t.size() == 1 ? 1 : detail::pipeline_chunks(t, count * es, opt);
+    if (chunks == 1 && sendbuf != recvbuf) t.copy(work, sendbuf, count * es);
     if (t.size() == 1) return;
     const auto own = detail::free_ranges(h, count);
-    const int chunks = detail::pipeline_chunks(t, count * es, opt);
+    if (chunks == 1) {
+        detail::hierarchical_reduce_scatter(t, h, work, own, red, opt.flat);
+        detail::hierarchical_allgather(t, h, work, es, own, opt.flat, opt);
+        return;
+    }
+    // Each chunk packed into scratch memory straight from the input, reduced there, copied out.
     detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
-        const auto mine = detail::chunk_ranges(own, chunks, c);
-        detail::hierarchical_reduce_scatter(tc, h, work, mine, red, opt.flat);
-        detail::hierarchical_allgather(tc, h, work, es, mine, opt.flat, opt);
+        const auto pk = detail::pack_chunk(own, chunks, c);
+        auto buf = tc.scratch(pk.total * es);
+        detail::gather_chunk(tc, buf.data(), static_cast<const std::byte*>(sendbuf), pk, es, detail::every_owner);
+        detail::hierarchical_reduce_scatter(tc, h, buf.data(), pk.local, red, opt.flat);
+        detail::hierarchical_allgather(tc, h, buf.data(), es, pk.local, opt.flat, opt);
+        detail::scatter_chunk(tc, work, buf.data(), pk, es, detail::every_owner);
     });
 }
 

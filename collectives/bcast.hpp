@@ -45,21 +45,40 @@ void bcast(T& t, const hierarchy& h, void* buf, std::int64_t bytes, int root, co
         for (std::int64_t i = 0; i < parts; ++i)
             own[static_cast<std::size_t>(group[static_cast<std::size_t>(i)])] = detail::balanced_part(bytes, parts, i);
     }
+    const bool in_group = std::find(group.begin(), group.end(), me) != group.end();
     const int chunks = detail::pipeline_chunks(t, bytes, opt);
-    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
-        const auto mine = detail::chunk_ranges(own, chunks, c);
+    if (chunks == 1) {
         if (me == root) {
             std::vector<send_message> sends;
             for (int r : group)
                 if (r != root)
                     sends.push_back(
-                        {r, data + mine[static_cast<std::size_t>(r)].offset, mine[static_cast<std::size_t>(r)].count});
-            tc.exchange(sends, {});
-        } else if (std::find(group.begin(), group.end(), me) != group.end() &&
-                   mine[static_cast<std::size_t>(me)].count > 0) {
-            tc.recv(root, data + mine[static_cast<std::size_t>(me)].offset, mine[static_cast<std::size_t>(me)].count);
+                        {r, data + own[static_cast<std::size_t>(r)].offset, own[static_cast<std::size_t>(r)].count});
+            t.exchange(sends, {});
+        } else if (in_group && own[static_cast<std::size_t>(me)].count > 0) {
+            t.recv(root, data + own[static_cast<std::size_t>(me)].offset, own[static_cast<std::size_t>(me)].count);
         }
-        detail::hierarchical_allgather(tc, h, data, 1, mine, opt.flat, opt);
+        detail::hierarchical_allgather(t, h, data, 1, own, opt.flat, opt);
+        return;
+    }
+    // Pipelined: each chunk's pieces gathered in scratch memory (the root's own piece copied in,
+    // the group's received there), then copied out everywhere but at the root.
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto pk = detail::pack_chunk(own, chunks, c);
+        auto piece = tc.scratch(pk.total);
+        std::byte* const b = piece.data();
+        const auto at = [&](int r) { return pk.local[static_cast<std::size_t>(r)]; };
+        if (me == root) {
+            std::vector<send_message> sends;
+            for (int r : group)
+                if (r != root) sends.push_back({r, data + pk.from[static_cast<std::size_t>(r)].offset, at(r).count});
+            tc.exchange(sends, {});
+            detail::gather_chunk(tc, b, data, pk, 1, [root](int r) { return r == root; });
+        } else if (in_group && at(me).count > 0) {
+            tc.recv(root, b + at(me).offset, at(me).count);
+        }
+        detail::hierarchical_allgather(tc, h, b, 1, pk.local, opt.flat, opt);
+        if (me != root) detail::scatter_chunk(tc, data, b, pk, 1, detail::every_owner);
     });
 }
 

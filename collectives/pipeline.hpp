@@ -38,6 +38,46 @@ inline std::vector<owned_range> chunk_ranges(std::span<const owned_range> own, i
     return out;
 }
 
+/// Chunk c's pieces of the owners' ranges packed into one buffer, in the order of the ranges in
+/// the vector: `local` are the ranges in the buffer, `from` the pieces in the vector. Ranges that
+/// follow each other in the vector follow each other in the buffer, so every op that works in
+/// place on the vector works in place on the buffer.
+struct chunk_pack {
+    std::vector<owned_range> local, from;
+    std::int64_t total = 0;
+};
+inline chunk_pack pack_chunk(std::span<const owned_range> own, int chunks, int c) {
+    chunk_pack pk;
+    pk.from = chunk_ranges(own, chunks, c);
+    pk.local.assign(own.size(), owned_range{});
+    std::vector<std::size_t> order(own.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return own[a].offset < own[b].offset; });
+    for (std::size_t i : order) {
+        pk.local[i] = {pk.total, pk.from[i].count};
+        pk.total += pk.from[i].count;
+    }
+    return pk;
+}
+/// Copies the pieces of the owners selected by `pick(owner)` from the vector at `vec` into the
+/// packed chunk at `buf` (elements of `es` bytes).
+template <transport T, class Pick>
+void gather_chunk(T& t, std::byte* buf, const std::byte* vec, const chunk_pack& pk, std::int64_t es, Pick&& pick) {
+    for (std::size_t r = 0; r < pk.from.size(); ++r)
+        if (pk.from[r].count > 0 && pick(static_cast<int>(r)))
+            t.copy(buf + pk.local[r].offset * es, vec + pk.from[r].offset * es, pk.from[r].count * es);
+}
+/// Copies the pieces of the selected owners from the packed chunk back to the vector.
+template <transport T, class Pick>
+void scatter_chunk(T& t, std::byte* vec, const std::byte* buf, const chunk_pack& pk, std::int64_t es, Pick&& pick) {
+    for (std::size_t r = 0; r < pk.from.size(); ++r)
+        if (pk.from[r].count > 0 && pick(static_cast<int>(r)))
+            t.copy(vec + pk.from[r].offset * es, buf + pk.local[r].offset * es, pk.from[r].count * es);
+}
+/// pick for every owner.
+inline constexpr auto every_owner = [](int) { return true; };
+
 /// The number of chunks for a collective moving `bytes` (its whole vector) on t: 1 (not
 /// pipelined) without lanes or below two chunks' worth, else bytes / opt.pipeline_bytes, at most
 /// max_chunks. Depends only on what every rank passes alike.

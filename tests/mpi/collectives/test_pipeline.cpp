@@ -110,6 +110,17 @@ TEST_CASE("the chunk count: one without lanes or below two chunks, capped, equal
                 ++hits[static_cast<std::size_t>(i)];
         }
     for (int h : hits) CHECK(h == 1);
+    // Packed chunks: ranges adjacent in the vector stay adjacent, in the same order.
+    const std::vector<shunt::detail::owned_range> scattered = {{10, 4}, {0, 6}, {6, 4}, {14, 0}, {14, 9}};
+    for (int c = 0; c < 3; ++c) {
+        const auto pk = shunt::detail::pack_chunk(scattered, 3, c);
+        CHECK(pk.local[1].offset == 0);
+        CHECK(pk.local[2].offset == pk.local[1].offset + pk.local[1].count);
+        CHECK(pk.local[0].offset == pk.local[2].offset + pk.local[2].count);
+        CHECK(pk.local[4].offset == pk.local[0].offset + pk.local[0].count);
+        CHECK(pk.total == pk.local[4].offset + pk.local[4].count);
+        for (std::size_t r = 0; r < scattered.size(); ++r) CHECK(pk.local[r].count == pk.from[r].count);
+    }
 }
 
 TEST_CASE("pipelined allreduce equals the library and the unpipelined schedule bit for bit") {
