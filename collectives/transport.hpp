@@ -128,8 +128,8 @@ struct collective_options {
     /// that an outer level's transfer of one chunk runs while an inner level works on the next.
     /// Only on transports with message lanes (laned_transport); results equal the unpipelined
     /// schedule's bit for bit.
-    std::int64_t pipeline_bytes = std::int64_t{1} << 20;
-    int pipeline_depth = 3;
+    std::int64_t pipeline_bytes = std::int64_t{2} << 20;
+    int pipeline_depth = 4;
 };
 
 /// A transport that can also post a batch of messages on one of lanes() independent lanes
