@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/topology/hierarchy.hpp>
@@ -37,10 +38,31 @@ void reduce_scatter_block(T& t, const hierarchy& h, const void* sendbuf, void* r
     auto* out = static_cast<std::byte*>(recvbuf);
     // In place too, the vector is reduced in scratch memory: the input past this rank's block
     // stays as it was, as the libraries leave it.
-    auto work = t.scratch(n * es);
-    t.copy(work.data(), sendbuf, n * es);
-    detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
-    t.copy(out, work.data() + me * count * es, count * es);
+    const int chunks = detail::pipeline_chunks(t, n * es, opt);
+    if (chunks == 1) {
+        auto work = t.scratch(n * es);
+        t.copy(work.data(), sendbuf, n * es);
+        detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
+        t.copy(out, work.data() + me * count * es, count * es);
+        return;
+    }
+    // Pipelined: each chunk packed into scratch memory from the input (a copy of it in place, as
+    // the result overwrites the input's start), reduced there, and this rank's piece copied out.
+    const std::byte* in = static_cast<const std::byte*>(sendbuf);
+    decltype(t.scratch(0)) copy = t.scratch(sendbuf == recvbuf ? n * es : 0);
+    if (sendbuf == recvbuf) {
+        t.copy(copy.data(), sendbuf, n * es);
+        in = copy.data();
+    }
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto pk = detail::pack_chunk(own, chunks, c);
+        auto buf = tc.scratch(pk.total * es);
+        detail::gather_chunk(tc, buf.data(), in, pk, es, detail::every_owner);
+        detail::hierarchical_reduce_scatter(tc, h, buf.data(), pk.local, red, opt.flat);
+        const auto& piece = pk.from[static_cast<std::size_t>(me)];
+        tc.copy(out + (piece.offset - me * count) * es, buf.data() + pk.local[static_cast<std::size_t>(me)].offset * es,
+                piece.count * es);
+    });
 }
 
 /// MPI form on a communicator's topology: like MPI_Reduce_scatter_block (sendbuf may be
