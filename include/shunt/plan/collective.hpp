@@ -239,7 +239,7 @@ public:
     /// Latency-bound calls (see model_facts): each method measured this many times at least,
     /// and shunt's schedule chosen only where it is this much faster.
     static constexpr int latency_trials = 12;
-    static constexpr double latency_margin = 0.10;
+    static constexpr double latency_margin = 0.25;
 
     collective_tuner(coll_shape shape, int trials = 3, double margin = measured_win_margin)
         : shape_(std::move(shape)), trials_(std::max(0, trials)), margin_(margin), level_sets_(level_sets(shape_)) {}
@@ -370,6 +370,7 @@ public:
         agree(agreed.data(), static_cast<int>(agreed.size()));
         e.d.measured = agreed;
         e.d.method = better(agreed, e.latency ? std::max(margin_, latency_margin) : margin_);
+        if (e.latency) latency_measured_[slot(op, size_class(bytes), true)].store(1, std::memory_order_relaxed);
         e.decided = true;
         settle(key{op, size_class(bytes), true}, e.d.method, e.d.levels);
         return true;
@@ -385,6 +386,12 @@ public:
     /// The levels of the settled() decision's schedule (read after settled() answered).
     std::uint32_t settled_levels(coll_op op, std::int64_t bytes, bool live = true) const noexcept {
         return settled_levels_[slot(op, size_class(bytes), live)].load(std::memory_order_relaxed);
+    }
+    /// True when the settled() decision of (op, bytes, live) was measured on latency-bound calls
+    /// (read after settled() answered): what a blocking schedule gained there says nothing of a
+    /// nonblocking one, which pays for its fiber.
+    bool measured_latency_bound(coll_op op, std::int64_t bytes, bool live = true) const noexcept {
+        return latency_measured_[slot(op, size_class(bytes), live)].load(std::memory_order_relaxed) != 0;
     }
     /// Counts a call that took its settled() decision without choose().
     void count_settled(coll_op op, std::int64_t bytes, bool live = true) noexcept {
@@ -491,6 +498,7 @@ private:
     std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes * 2> settled_{};
     std::array<std::atomic<std::uint64_t>, coll_op_names.size() * size_classes * 2> fast_taken_{};
     std::array<std::atomic<std::uint32_t>, coll_op_names.size() * size_classes * 2> settled_levels_{};
+    std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes * 2> latency_measured_{};
 };
 
 /// The decisions of one communicator's nonblocking and persistent collectives (MPI_Iallreduce,
@@ -547,7 +555,12 @@ public:
             plans_[static_cast<std::size_t>(op) * max_class +
                    static_cast<std::size_t>(std::clamp(collective_tuner::size_class(bytes), 1, max_class) - 1)];
         if (forced) return {*forced, e.levels, false};
-        if (const auto m = tuner.settled(op, bytes, live)) return {*m, tuner.settled_levels(op, bytes, live), true};
+        if (const auto m = tuner.settled(op, bytes, live)) {
+            // Shunt's blocking schedule measured faster on latency-bound calls: its nonblocking
+            // form pays for a fiber and progress on top, so the plan's decision stands.
+            if (*m != coll_method::hierarchical || !tuner.measured_latency_bound(op, bytes, live))
+                return {*m, tuner.settled_levels(op, bytes, live), true};
+        }
         return {e.method, e.levels, false};
     }
 

@@ -164,10 +164,12 @@ TEST_CASE("collective planner: latency-bound calls are measured longer and need 
         CHECK_FALSE(measure(t, 8, 3, 1e-6, 0.5e-6));
         CHECK(measure(t, 8, collective_tuner::latency_trials - 3, 1e-6, 0.5e-6));
         CHECK(t.settled(coll_op::allgather, 8) == coll_method::hierarchical);  // twice as fast: a clear win
+        CHECK(t.measured_latency_bound(coll_op::allgather, 8));
+        CHECK_FALSE(t.measured_latency_bound(coll_op::allgather, 16 << 20));
     }
     SUBCASE("8 bytes: a win within the latency margin keeps the library") {
         collective_tuner t(s, 3);
-        CHECK(measure(t, 8, collective_tuner::latency_trials, 1e-6, 0.95e-6));
+        CHECK(measure(t, 8, collective_tuner::latency_trials, 1e-6, 0.8e-6));
         CHECK(t.settled(coll_op::allgather, 8) == coll_method::library);
     }
     SUBCASE("16 MiB (mostly volume): three timings and the usual margin") {
