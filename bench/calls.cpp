@@ -29,10 +29,10 @@ struct family {
 };
 
 constexpr std::array<family, 14> families = {{
-    {"latency", "ping-pong of MPI_Send/MPI_Recv (half a round trip)", 1, 1, false},
-    {"latency_vec", "the same with a vector of 8-byte blocks 16 bytes apart", 1, 16, true},
-    {"bandwidth", "64 MPI_Isend (MPI_Irecv on the peer), MPI_Waitall, a 0-byte reply", 64, 1, false},
-    {"bandwidth_vec", "the same with the vector of 8-byte blocks", 64, 16, true},
+    {"latency", "ping-pong of MPI_Send/MPI_Recv (a round trip: a send and a receive on each rank)", 2, 1, false},
+    {"latency_vec", "the same with a vector of 8-byte blocks 16 bytes apart", 2, 16, true},
+    {"bandwidth", "64 MPI_Isend (MPI_Irecv on the peer), MPI_Waitall, a 0-byte reply", 66, 1, false},
+    {"bandwidth_vec", "the same with the vector of 8-byte blocks", 66, 16, true},
     {"sendrecv", "MPI_Sendrecv between pairs", 1, 1, false},
     {"allreduce", "MPI_Allreduce of doubles, MPI_SUM", 1, 8, false},
     {"reduce", "MPI_Reduce of doubles to rank 0", 1, 8, false},
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
                                           ? bytes * p
                                           : span;
             const int n = static_cast<int>(bytes / 8);  // doubles of a reduction
-            std::vector<unsigned char> in(static_cast<std::size_t>(each * window / (f.calls == 64 ? 1 : window) + 64));
+            std::vector<unsigned char> in(static_cast<std::size_t>(each * (f.calls == window + 2 ? window : 1) + 64));
             for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>((i * 7 + rank * 13) % 251);
             std::array<std::vector<unsigned char>, 2> res;
             for (auto& r : res) r.assign(in.size() + 64, 0);
