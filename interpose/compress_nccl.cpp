@@ -1,4 +1,4 @@
-// interpose/compress_nccl.cpp: ncclAllReduce under gradient compression: the pattern of calls per NCCL communicator, the plan agreed through NCCL itself, and the compressed forms exchanged with NCCL's ncclAllReduce or ncclAllGather on the caller's stream: the host compressors (with the guard) for host buffers, as the CPU double of NCCL has them; the CUDA compressors, stream-ordered, for device buffers.
+// interpose/compress_nccl.cpp: ncclAllReduce under gradient compression: the pattern of calls per NCCL communicator, the plan agreed through NCCL itself, and the compressed forms exchanged with NCCL's own collectives on the caller's stream (flat, or hierarchical on the node and rail communicators): the host compressors (with the guard) for host buffers, as the CPU double of NCCL has them; the CUDA compressors, stream-ordered, for device buffers.
 #include "compress_nccl.hpp"
 
 #include <shunt/collectives/compressed.hpp>
@@ -87,7 +87,10 @@ struct nccl_state {
     compressed_scratch scratch;
     std::vector<float> wide_in, wide_out, exact;  ///< half and bfloat16 data widened; shadow checks' exact sum
     std::uint64_t compressed = 0;  ///< compressed calls (shadow checks count them)
-    device_buffer message, parts, corrected, mine, workspace, shadow, wide_in_dev, wide_out_dev;
+    device_buffer message, parts, corrected, mine, workspace, shadow, wide_in_dev, wide_out_dev, owned_dev;
+    /// The node and rail communicators of the hierarchical schemes (nccl_executor's), null where
+    /// the plan offers none.
+    const nccl_levels* levels = nullptr;
     // What the header API set on this communicator: its consent, error feedback to restore.
     std::optional<compress_consent> consent;
     std::vector<std::byte> restore;
@@ -219,9 +222,19 @@ void make_plan(runtime& rt, const nccl_real& real, nccl_state& c, ncclComm_t com
         // The exact path is NCCL's own collective unless SHUNT_NCCL=shunt forces shunt's schedule
         // (SHUNT_NCCL=auto takes it only from measured nccl.* tables, which this model has not).
         c.shape.exact_schedules = rt.cfg().nccl == nccl_choice::shunt;
+        // The hierarchical schemes run on nccl_executor's node and rail communicators, made here
+        // where no call has made them (collective: every rank plans alike).
+        c.levels = nullptr;
+        if (c.shape.hierarchical())
+            if (nccl_executor* e = rt.nccl())
+                if (const nccl_levels* lv = e->compression_levels(comm, stream);
+                    lv != nullptr && lv->per_node == c.shape.per_node && lv->nodes == c.shape.nodes())
+                    c.levels = lv;
         c.shaped = true;
     }
-    const compress_places places{!device, device, false, false};
+    // The host runs every scheme; the device the flat ones and the hierarchical ones (not yet
+    // alltoall+allgather, whose CUDA slices and second residual are not written).
+    const compress_places places{!device, device, c.levels != nullptr, !device};
     std::vector<double> v(2 * P, 0.0);
     for (std::size_t i = 0; i < P; ++i) {
         std::int64_t t = rt.cfg().compress_min_bytes;
@@ -298,11 +311,18 @@ ncclDataType_t sum_type(compress::sum_form f) {
     return f == compress::sum_form::f16 ? ncclFloat16 : f == compress::sum_form::bf16 ? ncclBfloat16 : ncclFloat32;
 }
 
-/// The host schemes (host buffers): as collectives/compressed.hpp's flat ones, through NCCL; the
-/// guard's flag travels with every part, so every rank sees the same verdict.
-compressed_status host_all_reduce(const nccl_real& real, ncclComm_t comm, cudaStream_t stream, const float* in,
-                                  float* out, std::int64_t n, int nranks, const compress_option& o,
-                                  compression_point& pt, compressed_scratch& s) {
+/// The NaN of a summable form's word: the guard's flag, so that the sum is NaN where any rank's is.
+std::uint32_t nan_word(compress::sum_form form) {
+    return form == compress::sum_form::f32 ? 0x7fc00000u : form == compress::sum_form::f16 ? 0x7e007e00u : 0x7fc07fc0u;
+}
+
+/// One scheme of option `o` (flat) over `comm` (`p` ranks, this one `me`) on the host, as
+/// collectives/compressed.hpp's flat_allreduce through NCCL: the result into s.acc, the error
+/// feedback staged (not committed). The guard's flag travels with every part, so every rank of
+/// comm returns the same status.
+compressed_status host_exchange(const nccl_real& real, ncclComm_t comm, int p, int me, cudaStream_t stream,
+                                const float* in, std::int64_t n, const compress_option& o, compression_point& pt,
+                                compressed_scratch& s) {
     using namespace detail::ccoll;
     const compress::params prm = compress_params(o.method);
     const bool feedback = uses_feedback(o.method);
@@ -313,40 +333,144 @@ compressed_status host_all_reduce(const nccl_real& real, ncclComm_t comm, cudaSt
     ensure(s.acc, n);
     if (feedback) ensure(s.mine, n);
     float* mine = feedback ? s.mine.data() : nullptr;
-    const std::int64_t words = message_words(prm, n);
-    ensure(s.send, words);
     if (o.scheme == compress_scheme::allreduce) {
+        const std::int64_t words = message_words(prm, n);
+        ensure(s.send, words);
         const compress::sum_form form = compress::summable(o.method);
         bad = !compress_message(o, src, n, s.send.data(), mine, step, bad) || bad;
-        const std::uint32_t nan_word = form == compress::sum_form::f32   ? 0x7fc00000u
-                                       : form == compress::sum_form::f16 ? 0x7e007e00u
-                                                                         : 0x7fc07fc0u;
-        s.send[static_cast<std::size_t>(words - 1)] = bad ? nan_word : 0u;
+        s.send[static_cast<std::size_t>(words - 1)] = bad ? nan_word(form) : 0u;
         const std::size_t elements = static_cast<std::size_t>(form == compress::sum_form::f32 ? words : 2 * words);
         check(real.all_reduce(s.send.data(), s.send.data(), elements, sum_type(form), ncclSum, comm, stream),
               "ncclAllReduce of the compressed form");
         if (s.send[static_cast<std::size_t>(words - 1)] != 0) return compressed_status::not_finite;
         compress::decompress(prm, reinterpret_cast<const std::byte*>(s.send.data()), n, s.acc.data(), step);
-    } else {
-        ensure(s.recv, words * nranks);
+    } else if (o.scheme == compress_scheme::allgather) {
+        const std::int64_t words = message_words(prm, n);
+        ensure(s.send, words);
+        ensure(s.recv, words * p);
         compress_message(o, src, n, s.send.data(), mine, step, bad);
         check(
             real.all_gather(s.send.data(), s.recv.data(), static_cast<std::size_t>(words) * 4, ncclUint8, comm, stream),
             "ncclAllGather of the compressed parts");
-        for (int r = 0; r < nranks; ++r)
+        for (int r = 0; r < p; ++r)
             if (flagged(prm, s.recv.data() + r * words, n)) return compressed_status::not_finite;
-        for (int r = 0; r < nranks; ++r) {
+        for (int r = 0; r < p; ++r) {
             const auto* part = reinterpret_cast<const std::byte*>(s.recv.data() + r * words);
             if (r == 0)
                 compress::decompress(prm, part, n, s.acc.data(), step);
             else
                 compress::decompress_accumulate(prm, part, n, s.acc.data(), step);
         }
+    } else {
+        // alltoall+allgather: slice j of every rank compressed into cell j (cells of the largest
+        // slice's words), the cells exchanged by grouped ncclSend/ncclRecv, the parts of my slice
+        // added in rank order and compressed again (its own feedback), the sums gathered.
+        const std::int64_t cell = message_words(prm, slice_len(n, p, 0));
+        const std::int64_t mine_len = slice_len(n, p, me);
+        ensure(s.send, cell * p);
+        ensure(s.recv, cell * p);
+        for (int j = 0; j < p; ++j) {
+            const std::int64_t lo = slice_lo(n, p, j);
+            compress_message(o, src + lo, slice_len(n, p, j), s.send.data() + j * cell, feedback ? mine + lo : nullptr,
+                             step, bad);
+        }
+        const auto bytes = static_cast<std::size_t>(cell) * 4;
+        std::memcpy(s.recv.data() + me * cell, s.send.data() + me * cell, bytes);
+        check(real.group_start(), "ncclGroupStart");
+        ncclResult_t r = ncclSuccess;
+        for (int j = 0; j < p && r == ncclSuccess; ++j) {
+            if (j == me) continue;
+            r = real.send(s.send.data() + j * cell, bytes, ncclUint8, j, comm, stream);
+            if (r == ncclSuccess) r = real.recv(s.recv.data() + j * cell, bytes, ncclUint8, j, comm, stream);
+        }
+        const ncclResult_t end = real.group_end();
+        check(r != ncclSuccess ? r : end, "the alltoall of compressed slices (ncclSend/ncclRecv)");
+        bool parts_bad = false;
+        ensure(s.owned, std::max<std::int64_t>(mine_len, 1));
+        for (int k = 0; k < p; ++k) {
+            const std::uint32_t* part = s.recv.data() + k * cell;
+            parts_bad = parts_bad || flagged(prm, part, mine_len);
+            if (k == 0)
+                compress::decompress(prm, reinterpret_cast<const std::byte*>(part), mine_len, s.owned.data(), step);
+            else
+                compress::decompress_accumulate(prm, reinterpret_cast<const std::byte*>(part), mine_len, s.owned.data(),
+                                                step);
+        }
+        const std::uint64_t step2 = 2 * step + 1;
+        bool sum_finite = true;
+        const float* src2 = corrected_input(o, s.owned.data(), mine_len, pt.second, s.work2, sum_finite);
+        if (feedback) ensure(s.mine2, std::max<std::int64_t>(mine_len, 1));
+        // The slices are sent: the send buffer holds my compressed sum now.
+        compress_message(o, src2, mine_len, s.send.data(), feedback ? s.mine2.data() : nullptr, step2,
+                         parts_bad || !sum_finite);
+        check(real.all_gather(s.send.data(), s.recv.data(), bytes, ncclUint8, comm, stream),
+              "ncclAllGather of the compressed sums");
+        for (int j = 0; j < p; ++j)
+            if (flagged(prm, s.recv.data() + j * cell, slice_len(n, p, j))) return compressed_status::not_finite;
+        for (int j = 0; j < p; ++j)
+            compress::decompress(prm, reinterpret_cast<const std::byte*>(s.recv.data() + j * cell), slice_len(n, p, j),
+                                 s.acc.data() + slice_lo(n, p, j), step2);
+        if (!compress::all_finite(s.acc.data(), n)) return compressed_status::not_finite;
+        stage_feedback(s, pt, feedback ? n : -1, feedback ? mine_len : -1);
+        return compressed_status::done;
     }
     if (!compress::all_finite(s.acc.data(), n)) return compressed_status::not_finite;
     stage_feedback(s, pt, feedback ? n : -1, -1);
+    return compressed_status::done;
+}
+
+/// The host schemes (host buffers) through NCCL, flat on `comm` or hierarchical on `lv`: exact
+/// ncclReduceScatter of the first q * (n / q) elements inside the node, the scheme between nodes
+/// on the rail over the slice each rank owns, an ncclAllGather inside the node of every slice with
+/// its rail's verdict (every node holds a member of every rail: every rank sees every verdict),
+/// and the last n % q elements summed exactly by an ncclAllReduce over comm. `out` is written
+/// only when every rank succeeds.
+compressed_status host_all_reduce(const nccl_real& real, ncclComm_t comm, const nccl_levels* lv, cudaStream_t stream,
+                                  const float* in, float* out, std::int64_t n, int nranks, int rank,
+                                  const compress_option& o, compression_point& pt, compressed_scratch& s) {
+    using namespace detail::ccoll;
+    s.pending = nullptr;
+    if (!o.hierarchical) {
+        const compressed_status st = host_exchange(real, comm, nranks, rank, stream, in, n, o, pt, s);
+        if (st != compressed_status::done) return st;
+        commit_feedback(s);
+        std::memcpy(out, s.acc.data(), static_cast<std::size_t>(n) * 4);
+        return st;
+    }
+    if (lv == nullptr) throw error("a hierarchical option without node and rail communicators");
+    const int q = lv->per_node;
+    const std::int64_t slice = n / q, body = slice * q, tail = n - body;
+    ensure(s.owned_out, slice + 1);
+    check(real.reduce_scatter(in, s.owned_out.data(), static_cast<std::size_t>(slice), ncclFloat32, ncclSum, lv->node,
+                              stream),
+          "ncclReduceScatter inside the node");
+    compress_option rail = o;
+    rail.hierarchical = false;
+    const compressed_status st =
+        host_exchange(real, lv->rail, lv->nodes, lv->node_index, stream, s.owned_out.data(), slice, rail, pt, s);
+    // My slice and my rail's verdict, gathered inside the node.
+    if (st == compressed_status::done)
+        std::memcpy(s.owned_out.data(), s.acc.data(), static_cast<std::size_t>(slice) * 4);
+    s.owned_out[static_cast<std::size_t>(slice)] = st == compressed_status::done ? 0.0f : 1.0f;
+    ensure(s.tmp, (slice + 1) * q + tail);
+    float* gathered = s.tmp.data();
+    check(real.all_gather(s.owned_out.data(), gathered, static_cast<std::size_t>(slice + 1), ncclFloat32, lv->node,
+                          stream),
+          "ncclAllGather inside the node");
+    float* rest = gathered + (slice + 1) * q;
+    if (tail > 0)
+        check(real.all_reduce(in + body, rest, static_cast<std::size_t>(tail), ncclFloat32, ncclSum, comm, stream),
+              "ncclAllReduce of the last elements");
+    bool bad = !compress::all_finite(rest, tail);
+    for (int k = 0; k < q; ++k) bad = bad || gathered[(slice + 1) * k + slice] != 0.0f;
+    if (bad) {
+        s.pending = nullptr;
+        return compressed_status::not_finite;
+    }
     commit_feedback(s);
-    std::memcpy(out, s.acc.data(), static_cast<std::size_t>(n) * 4);
+    for (int k = 0; k < q; ++k)
+        std::memcpy(out + slice * k, gathered + (slice + 1) * k, static_cast<std::size_t>(slice) * 4);
+    if (tail > 0) std::memcpy(out + body, rest, static_cast<std::size_t>(tail) * 4);
     return compressed_status::done;
 }
 
@@ -403,6 +527,30 @@ ncclResult_t device_all_reduce(const nccl_real& real, ncclComm_t comm, cudaStrea
         }
     }
     ++site.step;
+    return r;
+}
+
+/// The device hierarchical schemes, as host_all_reduce's without the guard: ncclReduceScatter
+/// inside the node, device_all_reduce on the rail over the owned slice, ncclAllGather inside the
+/// node, the last n % q elements by an exact ncclAllReduce over comm; all on `stream`.
+ncclResult_t device_hierarchical(const nccl_real& real, ncclComm_t comm, const nccl_levels& lv, cudaStream_t stream,
+                                 const float* in, float* out, std::int64_t n, const compress_option& o, nccl_state& c,
+                                 nccl_state::site& site) {
+    const int q = lv.per_node;
+    const std::int64_t slice = n / q, body = slice * q, tail = n - body;
+    auto* owned = static_cast<float*>(
+        c.owned_dev.get(static_cast<std::size_t>(2 * slice) * 4, reinterpret_cast<gpu::stream_t>(stream)));
+    float* owned_out = owned + slice;
+    ncclResult_t r =
+        real.reduce_scatter(in, owned, static_cast<std::size_t>(slice), ncclFloat32, ncclSum, lv.node, stream);
+    if (r == ncclSuccess && tail > 0)
+        r = real.all_reduce(in + body, out + body, static_cast<std::size_t>(tail), ncclFloat32, ncclSum, comm, stream);
+    compress_option rail = o;
+    rail.hierarchical = false;
+    if (r == ncclSuccess)
+        r = device_all_reduce(real, lv.rail, stream, owned, owned_out, slice, lv.nodes, rail, c, site);
+    if (r == ncclSuccess)
+        r = real.all_gather(owned_out, out, static_cast<std::size_t>(slice), ncclFloat32, lv.node, stream);
     return r;
 }
 
@@ -518,7 +666,9 @@ bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* 
     compress_executor& exec = rt.compression();
     const std::optional<compress::element> elem = element_of(type);
     if (!elem || op != ncclSum || count == 0 || count > (std::size_t{1} << 40) || recvbuff == nullptr ||
-        real.all_reduce == nullptr || real.all_gather == nullptr || real.broadcast == nullptr)
+        real.all_reduce == nullptr || real.all_gather == nullptr || real.broadcast == nullptr ||
+        real.reduce_scatter == nullptr || real.send == nullptr || real.recv == nullptr || real.group_start == nullptr ||
+        real.group_end == nullptr)
         return false;
     std::shared_ptr<nccl_state> c;
     try {
@@ -573,7 +723,9 @@ bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* 
         }
         nccl_state::site& site = c->sites[step.position];
         const compress_option o = c->plan[step.position];
-        if (o.exact()) {
+        // A hierarchical or alltoall option needs a slice for every rank (count alike everywhere).
+        const bool sliced = o.hierarchical || o.scheme == compress_scheme::alltoall_allgather;
+        if (o.exact() || (sliced && n < c->nranks) || (o.hierarchical && c->levels == nullptr)) {
             exec.count_planned_exact();
             return false;
         }
@@ -604,7 +756,8 @@ bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* 
                 exact = c->shadow.get(floats, st);
                 check(real.all_reduce(in, exact, count, ncclFloat32, ncclSum, comm, stream), "the shadow check's sum");
             }
-            result = device_all_reduce(real, comm, stream, in, out, n, c->nranks, o, *c, site);
+            result = o.hierarchical ? device_hierarchical(real, comm, *c->levels, stream, in, out, n, o, *c, site)
+                                    : device_all_reduce(real, comm, stream, in, out, n, c->nranks, o, *c, site);
             if (wide && result == ncclSuccess) compress::gpu::compress(cast, out, n, recvbuff, nullptr, st);
             if (shadow && result == ncclSuccess) {
                 detail::ccoll::ensure(c->exact, n);
@@ -631,8 +784,8 @@ bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* 
                 check(real.all_reduce(in, c->exact.data(), count, ncclFloat32, ncclSum, comm, stream),
                       "the shadow check's sum");
             }
-            if (host_all_reduce(real, comm, stream, in, out, n, c->nranks, o, site.point, c->scratch) !=
-                compressed_status::done) {
+            if (host_all_reduce(real, comm, c->levels, stream, in, out, n, c->nranks, c->rank, o, site.point,
+                                c->scratch) != compressed_status::done) {
                 exec.count_fallback();
                 if (c->rank == 0 && exec.first_nonfinite())
                     log_warn(log_category::decide,

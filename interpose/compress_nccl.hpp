@@ -15,7 +15,9 @@ struct nccl_real;
 /// ncclBfloat16) and the communicator's plan allow it:
 /// true with NCCL's result in `result`; false when the call is to run as without compression
 /// (it then must, on every rank alike: the decision rests on what every rank knows alike). The
-/// compressed form travels through NCCL's own ncclAllReduce or ncclAllGather on `stream`. Call
+/// compressed form travels through NCCL's own collectives on `stream`: ncclAllReduce or
+/// ncclAllGather, grouped ncclSend/ncclRecv (alltoall+allgather), and for the hierarchical
+/// schemes ncclReduceScatter and ncclAllGather on the node communicator (nccl_executor's). Call
 /// only outside a group and graph capture, on a blocking communicator that is not one of
 /// ncclCommInitAll's. Thread-safe (a lock per communicator).
 bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* sendbuff, void* recvbuff,

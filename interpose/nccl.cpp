@@ -111,7 +111,8 @@ const nccl_real& nccl_real::get() noexcept {
 struct nccl_executor::comm_state {
     bool blocking = true;  ///< made blocking (a non-blocking one goes to NCCL entirely)
     bool single_process = false;  ///< one of ncclCommInitAll's (driven in groups: NCCL entirely)
-    enum class levels_state : std::uint8_t { unset, ready, none } levels = levels_state::unset;
+    /// `untabled`: none yet because no nccl.* table wants them (compression may still ask).
+    enum class levels_state : std::uint8_t { unset, ready, none, untabled } levels = levels_state::unset;
     nccl_levels lv;
     nccl_shape shape;
     nccl_depths depths;  ///< the schedules lv allows
@@ -197,9 +198,10 @@ bool nccl_executor::capturing(cudaStream_t stream) const noexcept {
     return status != 0;
 }
 
-bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) noexcept {
+bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream, bool untabled) noexcept {
     if (c.levels == comm_state::levels_state::ready) return true;
-    if (c.levels == comm_state::levels_state::none) return false;
+    if (c.levels == comm_state::levels_state::none || (c.levels == comm_state::levels_state::untabled && !untabled))
+        return false;
     if (capturing(stream)) return false;  // making communicators is no stream work: later, uncaptured
     int nranks = 0, rank = 0;
     if (real_.comm_count == nullptr || real_.comm_user_rank == nullptr || real_.comm_split == nullptr ||
@@ -225,9 +227,9 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     const std::uint64_t digest = nccl_digest(*model_);
     if (!agree(digest * 4 + static_cast<std::uint64_t>(cfg.nccl))) {
         why = "the ranks' models hold different nccl.* tables (or SHUNT_NCCL differs)";
-    } else if (cfg.nccl == nccl_choice::automatic && digest == 0) {
+    } else if (cfg.nccl == nccl_choice::automatic && digest == 0 && !untabled) {
         why = nullptr;  // no tables anywhere: NCCL keeps every call, nothing to set up (said at debug)
-        c.levels = comm_state::levels_state::none;
+        c.levels = comm_state::levels_state::untabled;
         log_debug(log_category::decide, "NCCL communicator of %d ranks: no nccl.* tables, NCCL keeps every call",
                   nranks);
         return false;
@@ -297,6 +299,19 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     if (why != nullptr && rank == 0)
         log_info(log_category::decide, "NCCL communicator of %d ranks: %s; NCCL keeps every call", nranks, why);
     return false;
+}
+
+const nccl_levels* nccl_executor::compression_levels(ncclComm_t comm, cudaStream_t stream) noexcept {
+    std::shared_ptr<comm_state> c;
+    try {
+        c = state_of(comm);
+    } catch (...) {
+        return nullptr;
+    }
+    // Every rank knows comm alike (made by the same calls), so every rank splits alike.
+    if (c == nullptr || !c->blocking || c->single_process || !ready(*c, comm, stream, true) || !c->depths.two)
+        return nullptr;
+    return &c->lv;  // comms_ keeps c until the communicator is destroyed
 }
 
 bool nccl_executor::split_domains(ncclComm_t comm, int rank, nccl_levels& lv, std::int64_t label) noexcept {

@@ -73,6 +73,14 @@ public:
     /// The report of NCCL calls (one line), for SHUNT_REPORT at exit.
     void report() noexcept;
 
+    /// The node and rail communicators of `comm` for the compressed hierarchical schemes
+    /// (compress_nccl.cpp), set up now where no call has yet, even where NCCL's own calls need no
+    /// levels (no nccl.* tables): null where shunt does not know `comm` or its ranks do not form
+    /// several equal nodes of several ranks. Collective over comm (ncclCommSplit): call it where
+    /// every rank of comm reaches it alike, outside groups and graph capture. The levels live
+    /// until the communicator is destroyed.
+    const nccl_levels* compression_levels(ncclComm_t comm, cudaStream_t stream) noexcept;
+
     /// What shunt keeps of one communicator.
     struct comm_state;
 
@@ -80,8 +88,9 @@ private:
     /// The state of `comm`, or null where shunt does not know it.
     std::shared_ptr<comm_state> state_of(ncclComm_t comm) const;
     void keep(ncclComm_t comm, bool blocking, bool single_process) noexcept;
-    /// The levels of `c`, set up at the first call that needs them (false: the call goes to NCCL).
-    bool ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) noexcept;
+    /// The levels of `c`, set up at the first call that needs them (false: the call goes to NCCL);
+    /// `untabled`: also where no nccl.* table asks for them (for compression_levels).
+    bool ready(comm_state& c, ncclComm_t comm, cudaStream_t stream, bool untabled = false) noexcept;
     /// The domain level of `lv` (rank `rank` of `comm`, whose node communicator has several
     /// ranks), from this rank's domain `label`: splits the node communicator by domain and across
     /// the domains; true where every rank of comm sees several equal domains of several ranks,

@@ -339,8 +339,8 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
 
 /// Where compression may run and which schemes the executor offers: on the host (host
 /// compressors, device buffers staged through host memory) and/or on the device (the CUDA
-/// compressors); the hierarchical and the alltoall+allgather schemes (the NCCL path runs flat
-/// allreduce and allgather schemes only).
+/// compressors); the hierarchical and the alltoall+allgather schemes (the NCCL path offers the
+/// hierarchical ones where it has node and rail communicators, alltoall+allgather on the host only).
 struct compress_places {
     bool host = true, device = false;
     bool hierarchical = true, alltoall = true;
