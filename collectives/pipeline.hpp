@@ -248,4 +248,46 @@ void pipelined(T& t, int chunks, int depth, Body&& body) {
     }
 }
 
+/// The body both reduce-scatter forms share: the vector of sum(own) elements at sendbuf (in
+/// place when sendbuf == recvbuf) reduced over the owners' ranges `own`, this rank's range left
+/// at recvbuf, pipelined in chunks where `opt` allows. In place too, the vector is reduced in
+/// scratch memory: the input past this rank's range stays as it was, as the libraries leave it.
+/// Collective as the callers' contracts say.
+template <transport T>
+void reduce_scatter_owned(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf,
+                          std::span<const owned_range> own, const typename T::reduction_type& red,
+                          const collective_options& opt) {
+    const int me = t.rank();
+    const std::int64_t es = red.element_size();
+    std::int64_t n = 0;
+    for (const owned_range& r : own) n += r.count;
+    auto* out = static_cast<std::byte*>(recvbuf);
+    const owned_range mine = own[static_cast<std::size_t>(me)];
+    const int chunks = pipeline_chunks(t, n * es, opt);
+    if (chunks == 1) {
+        auto work = t.scratch(n * es);
+        t.copy(work.data(), sendbuf, n * es);
+        hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
+        t.copy(out, work.data() + mine.offset * es, mine.count * es);
+        return;
+    }
+    // Pipelined: each chunk packed into scratch memory from the input (a copy of it in place, as
+    // the result overwrites the input's start), reduced there, and this rank's piece copied out.
+    const std::byte* in = static_cast<const std::byte*>(sendbuf);
+    decltype(t.scratch(0)) copy = t.scratch(sendbuf == recvbuf ? n * es : 0);
+    if (sendbuf == recvbuf) {
+        t.copy(copy.data(), sendbuf, n * es);
+        in = copy.data();
+    }
+    pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto pk = pack_chunk(own, chunks, c);
+        auto buf = tc.scratch(pk.total * es);
+        gather_chunk(tc, buf.data(), in, pk, es, every_owner);
+        hierarchical_reduce_scatter(tc, h, buf.data(), pk.local, red, opt.flat);
+        const auto& piece = pk.from[static_cast<std::size_t>(me)];
+        tc.copy(out + (piece.offset - mine.offset) * es,
+                buf.data() + pk.local[static_cast<std::size_t>(me)].offset * es, piece.count * es);
+    });
+}
+
 }  // namespace shunt::detail

@@ -30,9 +30,8 @@ template <transport T>
 void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::span<const std::int64_t> counts,
                     const typename T::reduction_type& red, const collective_options& opt = {}) {
     detail::check_hierarchy(t, h);
-    const int p = t.size(), me = t.rank();
+    const int p = t.size();
     if (counts.size() != static_cast<std::size_t>(p)) throw std::invalid_argument("reduce_scatter: one count per rank");
-    const std::int64_t es = red.element_size();
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
     std::int64_t n = 0;
     for (int r = 0; r < p; ++r) {
@@ -40,35 +39,7 @@ void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf
         n += counts[static_cast<std::size_t>(r)];
     }
     if (n <= 0) return;
-    auto* out = static_cast<std::byte*>(recvbuf);
-    const detail::owned_range mine = own[static_cast<std::size_t>(me)];
-    // In place too, the vector is reduced in scratch memory: the input past this rank's range
-    // stays as it was, as the libraries leave it.
-    const int chunks = detail::pipeline_chunks(t, n * es, opt);
-    if (chunks == 1) {
-        auto work = t.scratch(n * es);
-        t.copy(work.data(), sendbuf, n * es);
-        detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
-        t.copy(out, work.data() + mine.offset * es, mine.count * es);
-        return;
-    }
-    // Pipelined: each chunk packed into scratch memory from the input (a copy of it in place, as
-    // the result overwrites the input's start), reduced there, and this rank's piece copied out.
-    const std::byte* in = static_cast<const std::byte*>(sendbuf);
-    decltype(t.scratch(0)) copy = t.scratch(sendbuf == recvbuf ? n * es : 0);
-    if (sendbuf == recvbuf) {
-        t.copy(copy.data(), sendbuf, n * es);
-        in = copy.data();
-    }
-    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
-        const auto pk = detail::pack_chunk(own, chunks, c);
-        auto buf = tc.scratch(pk.total * es);
-        detail::gather_chunk(tc, buf.data(), in, pk, es, detail::every_owner);
-        detail::hierarchical_reduce_scatter(tc, h, buf.data(), pk.local, red, opt.flat);
-        const auto& piece = pk.from[static_cast<std::size_t>(me)];
-        tc.copy(out + (piece.offset - mine.offset) * es,
-                buf.data() + pk.local[static_cast<std::size_t>(me)].offset * es, piece.count * es);
-    });
+    detail::reduce_scatter_owned(t, h, sendbuf, recvbuf, own, red, opt);
 }
 
 /// MPI form on a communicator's topology: like MPI_Reduce_scatter (sendbuf may be

@@ -30,39 +30,10 @@ void reduce_scatter_block(T& t, const hierarchy& h, const void* sendbuf, void* r
                           const typename T::reduction_type& red, const collective_options& opt = {}) {
     detail::check_hierarchy(t, h);
     if (count <= 0) return;
-    const std::int64_t es = red.element_size();
-    const int p = t.size(), me = t.rank();
-    const std::int64_t n = count * p;
+    const int p = t.size();
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r * count, count};
-    auto* out = static_cast<std::byte*>(recvbuf);
-    // In place too, the vector is reduced in scratch memory: the input past this rank's block
-    // stays as it was, as the libraries leave it.
-    const int chunks = detail::pipeline_chunks(t, n * es, opt);
-    if (chunks == 1) {
-        auto work = t.scratch(n * es);
-        t.copy(work.data(), sendbuf, n * es);
-        detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
-        t.copy(out, work.data() + me * count * es, count * es);
-        return;
-    }
-    // Pipelined: each chunk packed into scratch memory from the input (a copy of it in place, as
-    // the result overwrites the input's start), reduced there, and this rank's piece copied out.
-    const std::byte* in = static_cast<const std::byte*>(sendbuf);
-    decltype(t.scratch(0)) copy = t.scratch(sendbuf == recvbuf ? n * es : 0);
-    if (sendbuf == recvbuf) {
-        t.copy(copy.data(), sendbuf, n * es);
-        in = copy.data();
-    }
-    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
-        const auto pk = detail::pack_chunk(own, chunks, c);
-        auto buf = tc.scratch(pk.total * es);
-        detail::gather_chunk(tc, buf.data(), in, pk, es, detail::every_owner);
-        detail::hierarchical_reduce_scatter(tc, h, buf.data(), pk.local, red, opt.flat);
-        const auto& piece = pk.from[static_cast<std::size_t>(me)];
-        tc.copy(out + (piece.offset - me * count) * es, buf.data() + pk.local[static_cast<std::size_t>(me)].offset * es,
-                piece.count * es);
-    });
+    detail::reduce_scatter_owned(t, h, sendbuf, recvbuf, own, red, opt);
 }
 
 /// MPI form on a communicator's topology: like MPI_Reduce_scatter_block (sendbuf may be
