@@ -52,6 +52,11 @@ int context_keyval() {
     return keyval;
 }
 
+/// The float sums the compression executor may take (MPI_Allreduce, MPI_Reduce_scatter(_block)).
+template <class Form>
+constexpr bool compressible =
+    Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block || Form::op == coll_op::reduce_scatter;
+
 /// Collectives whose settled decision depends only on (communicator, receive count and type,
 /// reduction): the key of their kept calls.
 template <class Form>
@@ -159,13 +164,12 @@ mpi_coll_args describe_first(std::tuple<A...> args, std::index_sequence<I...>) {
 template <class Form>
 [[gnu::always_inline]] inline bool coll_executor::kept(const mpi_coll_args& a, bool nonblocking) noexcept {
     if constexpr (kept_by_recv<Form>) {
-        constexpr bool compressible = Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block;
         const kept_collective& k =
             (nonblocking ? kept_nonblocking : kept_collectives)[static_cast<std::size_t>(Form::op)];
         if (k.count != a.recvcount || k.comm != a.comm || k.type != a.recvtype || k.op != a.op ||
             k.contexts != context_epoch.load(std::memory_order_acquire) || k.types != rt_.memo().generation() ||
             !rt_.running_now() || rt_.devices().in_use_relaxed() ||
-            (compressible && !nonblocking && rt_.compression().wanted()) ||
+            (compressible<Form> && !nonblocking && rt_.compression().wanted()) ||
             (!k.settled && k.tuner->settled(Form::op, k.bytes, k.live)))
             return false;
         // The use count only feeds SHUNT_REPORT and the decide log.
@@ -247,9 +251,7 @@ SHUNT_MPI_PERSISTENT_CALLS(SHUNT_INIT_ENTRY_)
 
 template <class Form>
 int coll_executor::run(shim s, mpi_coll_args a) noexcept {
-    constexpr bool compressible = Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block ||
-                                  Form::op == coll_op::reduce_scatter;
-    if constexpr (compressible) {
+    if constexpr (compressible<Form>) {
         compress_executor& c = rt_.compression();
         if (c.wanted()) {
             struct call {
