@@ -385,17 +385,8 @@ compressed_status host_exchange(const nccl_real& real, ncclComm_t comm, int p, i
         }
         const ncclResult_t end = real.group_end();
         check(r != ncclSuccess ? r : end, "the alltoall of compressed slices (ncclSend/ncclRecv)");
-        bool parts_bad = false;
         ensure(s.owned, std::max<std::int64_t>(mine_len, 1));
-        for (int k = 0; k < p; ++k) {
-            const std::uint32_t* part = s.recv.data() + k * cell;
-            parts_bad = parts_bad || flagged(prm, part, mine_len);
-            if (k == 0)
-                compress::decompress(prm, reinterpret_cast<const std::byte*>(part), mine_len, s.owned.data(), step);
-            else
-                compress::decompress_accumulate(prm, reinterpret_cast<const std::byte*>(part), mine_len, s.owned.data(),
-                                                step);
-        }
+        const bool parts_bad = sum_parts(prm, s.recv.data(), cell, p, mine_len, s.owned.data(), step);
         const std::uint64_t step2 = 2 * step + 1;
         bool sum_finite = true;
         const float* src2 = corrected_input(o, s.owned.data(), mine_len, pt.second, s.work2, sum_finite);
