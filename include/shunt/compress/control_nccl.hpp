@@ -1,6 +1,7 @@
 // shunt/compress/control_nccl.hpp: the header API's switches of the preload library's gradient compression for NCCL communicators: consent per communicator and error feedback saved and restored for checkpoints (control.hpp's, for ncclComm_t). Without libshunt.so in the process, or in one built without NCCL, they change nothing and say so.
 #pragma once
 
+#include <shunt/compress/control_calls.hpp>
 #include <shunt/errors.hpp>
 
 #include <nccl.h>
@@ -38,44 +39,19 @@ inline nccl_control_fn nccl_control() noexcept {
 /// Not collective, not blocking; thread-safe. Returns false without libshunt.so (or one built
 /// without NCCL); throws shunt::error for a consent it does not accept.
 inline bool set_consent(ncclComm_t comm, std::string_view consent) {
-    const detail::nccl_control_fn f = detail::nccl_control();
-    if (f == nullptr) return false;
-    const std::string text(consent);
-    const int rc = f(1, comm, text.c_str(), nullptr, nullptr);
-    if (rc == -2) return false;
-    if (rc < 0)
-        throw error("compress::set_consent: \"" + text + "\" is not off, auto, default or a list of compressors");
-    return true;
+    return detail::set_consent_with(detail::nccl_control(), comm, consent);
 }
 
 /// This rank's error feedback on `comm` (every call site's residuals and step) as bytes, in the
 /// format of the MPI version; empty without libshunt.so. Not collective; call it between calls on
 /// comm (device residuals are copied to the host, waiting for the work queued before).
-inline std::vector<std::byte> save_feedback(ncclComm_t comm) {
-    const detail::nccl_control_fn f = detail::nccl_control();
-    if (f == nullptr) return {};
-    std::vector<std::byte> out;
-    for (int tries = 0; tries < 4; ++tries) {
-        std::size_t size = out.size();
-        const int rc = f(3, comm, nullptr, out.data(), &size);
-        if (rc == 0) {
-            out.resize(size);
-            return out;
-        }
-        if (rc != 1) return {};
-        out.resize(size);
-    }
-    return {};
-}
+inline std::vector<std::byte> save_feedback(ncclComm_t comm) { return detail::save_with(detail::nccl_control(), comm); }
 
 /// Restores what save_feedback() wrote on this rank (the same communicator size and pattern of
 /// calls): into the current plan at once, else at the next plan. Returns false without
 /// libshunt.so or for bytes it does not read (the state is then unchanged). Not collective.
 inline bool restore_feedback(ncclComm_t comm, std::span<const std::byte> bytes) {
-    const detail::nccl_control_fn f = detail::nccl_control();
-    if (f == nullptr) return false;
-    std::size_t size = bytes.size();
-    return f(4, comm, nullptr, const_cast<std::byte*>(bytes.data()), &size) == 0;
+    return detail::restore_with(detail::nccl_control(), comm, bytes);
 }
 
 }  // namespace shunt::compress
