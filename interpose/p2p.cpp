@@ -1,6 +1,7 @@
 // interpose/p2p.cpp: point-to-point calls with device buffers or non-contiguous host data: shunt packs
 // into a pool block, the library moves MPI_PACKED bytes, completion calls unpack and release.
 #include "p2p.hpp"
+#include "p2p_kept.hpp"
 
 #include <shunt/errors.hpp>
 #include <shunt/gpu/descriptor.hpp>
@@ -313,43 +314,9 @@ MPI_Status* statuses_for(MPI_Status* given, std::vector<MPI_Status>& local, int 
 
 namespace {
 
-/// The thread's recent calls that went to the library as one contiguous run or by the planner's
-/// settled choice, per direction and a few datatypes: a repeat (same datatype handle and count,
-/// no datatype committed, duplicated or freed and the model unchanged since) passes without a
-/// type lookup or a plan. Calls the planner still measures are not kept.
-struct kept_p2p {
-    MPI_Datatype type{};
-    int count = -1;  ///< -1: nothing kept
-    std::uint64_t types = 0, generation = 0;
-    pass_reason why = pass_reason::none;
-    std::atomic<std::uint64_t>* taken = nullptr;  ///< the planner's use count (planned ones)
-};
-constexpr std::size_t kept_ways = 4;
-thread_local kept_p2p kept_p2ps[2 * kept_ways];
-
-kept_p2p& kept_slot(direction d, MPI_Datatype t) noexcept {
-    std::uint64_t h = 0;
-    std::memcpy(&h, &t, sizeof t < sizeof h ? sizeof t : sizeof h);
-    const std::size_t way = static_cast<std::size_t>((h * 0x9E3779B97F4A7C15ull) >> 62);
-    return kept_p2ps[(d == direction::recv ? kept_ways : 0) + way];
-}
-
-/// The kept call `(d, count, type)` repeats, or nullptr where the full decision is due.
-[[gnu::always_inline]] inline const kept_p2p* kept_for(runtime& rt, direction d, const void* buf, int count,
-                                                       MPI_Datatype type, int peer) noexcept {
-    const kept_p2p& k = kept_slot(d, type);
-    if (k.count != count || k.type != type || buf == nullptr || peer == MPI_PROC_NULL) return nullptr;
-    // A contiguous run is one whatever the model says.
-    if (k.types != rt.memo().generation() ||
-        (k.why != pass_reason::contiguous && k.generation != rt.model().generation()) ||
-        rt.devices().in_use_relaxed() || !rt.running_now())
-        return nullptr;
-    return &k;
-}
-
 /// A kept call's reason, its use counted (the use count only feeds SHUNT_REPORT).
 [[gnu::always_inline]] inline pass_reason use(const runtime& rt, const kept_p2p& k) noexcept {
-    if (k.taken != nullptr && rt.cfg().report != report_mode::off) k.taken->fetch_add(1, std::memory_order_relaxed);
+    if (k.taken != nullptr && rt.counting()) k.taken->fetch_add(1, std::memory_order_relaxed);
     return k.why;
 }
 
@@ -361,36 +328,22 @@ kept_p2p& kept_slot(direction d, MPI_Datatype t) noexcept {
     return k != nullptr ? use(rt_, *k) : pass_reason::none;
 }
 
-// Each data mover first asks quick(): a repeat of a call the library took goes to it at once.
+// Each data mover first asks quick() (p2p_kept.hpp): a repeat of a call the library took goes to
+// it at once, uncounted (with SHUNT_REPORT on, the full path takes it, counting it).
 
-[[gnu::always_inline]] inline bool p2p_executor::quick_pair(shim s, const void* sendbuf, int sendcount,
-                                                            MPI_Datatype sendtype, int dest, const void* recvbuf,
-                                                            int recvcount, MPI_Datatype recvtype, int source) noexcept {
-    if (live()) return false;
-    const kept_p2p* sk = kept_for(rt_, direction::send, sendbuf, sendcount, sendtype, dest);
-    if (sk == nullptr) return false;
-    const kept_p2p* rk = kept_for(rt_, direction::recv, recvbuf, recvcount, recvtype, source);
-    if (rk == nullptr) return false;
-    rt_.count_passed(s, direction::send, use(rt_, *sk));
-    rt_.count_pass(direction::recv, use(rt_, *rk));
-    return true;
-}
-
-[[gnu::always_inline]] inline bool p2p_executor::quick(shim s, direction d, const void* buf, int count,
-                                                       MPI_Datatype type, int peer) noexcept {
-    if (live()) return false;
-    const pass_reason why = repeated(d, buf, count, type, peer);
-    if (why == pass_reason::none) return false;
-    rt_.count_passed(s, d, why);
-    return true;
+// The entry points' full path, out of line and with the entry's own arguments: both of an entry's
+// paths are then tail calls, and the repeat of a kept call needs no stack frame.
+template <auto Member, shim S, direction D, class Buf, class... Rest>
+int runtime::p2p_full(Buf buf, int count, MPI_Datatype type, int peer, Rest... rest) noexcept {
+    this->count(S);
+    return (p2p_.*Member)({S, D, buf, count, type, peer}, rest...);
 }
 
 #define SHUNT_SEND_ENTRY_(name)                                                                                       \
     int runtime::name(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) noexcept { \
-        if (p2p_.quick(shim::name, direction::send, buf, count, datatype, dest)) [[likely]]                           \
+        if (p2p_.quick(*this, direction::send, buf, count, datatype, dest)) [[likely]]                                \
             return send_call(nbc_, shim::name, buf, count, datatype, dest, tag, comm);                                \
-        this->count(shim::name);                                                                                      \
-        return p2p_.send({shim::name, direction::send, buf, count, datatype, dest}, tag, comm);                       \
+        return p2p_full<&p2p_executor::send, shim::name, direction::send>(buf, count, datatype, dest, tag, comm);     \
     }
 SHUNT_SEND_ENTRY_(send)
 SHUNT_SEND_ENTRY_(ssend)
@@ -398,13 +351,13 @@ SHUNT_SEND_ENTRY_(rsend)
 SHUNT_SEND_ENTRY_(bsend)
 #undef SHUNT_SEND_ENTRY_
 
-#define SHUNT_REQUEST_ENTRY_(name, member, library)                                                               \
-    int runtime::name(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,        \
-                      MPI_Request* request) noexcept {                                                            \
-        if (request != nullptr && p2p_.quick(shim::name, direction::send, buf, count, datatype, dest)) [[likely]] \
-            return library(shim::name, buf, count, datatype, dest, tag, comm, request);                           \
-        this->count(shim::name);                                                                                  \
-        return p2p_.member({shim::name, direction::send, buf, count, datatype, dest}, tag, comm, request);        \
+#define SHUNT_REQUEST_ENTRY_(name, member, library)                                                                \
+    int runtime::name(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,         \
+                      MPI_Request* request) noexcept {                                                             \
+        if (request != nullptr && p2p_.quick(*this, direction::send, buf, count, datatype, dest)) [[likely]]       \
+            return library(shim::name, buf, count, datatype, dest, tag, comm, request);                            \
+        return p2p_full<&p2p_executor::member, shim::name, direction::send>(buf, count, datatype, dest, tag, comm, \
+                                                                            request);                              \
     }
 SHUNT_REQUEST_ENTRY_(isend, isend, isend_call)
 SHUNT_REQUEST_ENTRY_(issend, isend, isend_call)
@@ -418,39 +371,37 @@ SHUNT_REQUEST_ENTRY_(bsend_init, send_init, send_init_call)
 
 int runtime::recv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                   MPI_Status* status) noexcept {
-    if (p2p_.quick(shim::recv, direction::recv, buf, count, datatype, source)) [[likely]]
+    if (p2p_.quick(*this, direction::recv, buf, count, datatype, source)) [[likely]]
         return recv_call(nbc_, buf, count, datatype, source, tag, comm, status);
-    this->count(shim::recv);
-    return p2p_.recv({shim::recv, direction::recv, buf, count, datatype, source}, tag, comm, status);
+    return p2p_full<&p2p_executor::recv, shim::recv, direction::recv>(buf, count, datatype, source, tag, comm, status);
 }
 
 int runtime::irecv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                    MPI_Request* request) noexcept {
-    if (request != nullptr && p2p_.quick(shim::irecv, direction::recv, buf, count, datatype, source)) [[likely]]
+    if (request != nullptr && p2p_.quick(*this, direction::recv, buf, count, datatype, source)) [[likely]]
         return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);
-    this->count(shim::irecv);
-    return p2p_.irecv({shim::irecv, direction::recv, buf, count, datatype, source}, tag, comm, request);
+    return p2p_full<&p2p_executor::irecv, shim::irecv, direction::recv>(buf, count, datatype, source, tag, comm,
+                                                                        request);
 }
 
 int runtime::recv_init(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                        MPI_Request* request) noexcept {
-    if (request != nullptr && p2p_.quick(shim::recv_init, direction::recv, buf, count, datatype, source)) [[likely]]
+    if (request != nullptr && p2p_.quick(*this, direction::recv, buf, count, datatype, source)) [[likely]]
         return PMPI_Recv_init(buf, count, datatype, source, tag, comm, request);
-    this->count(shim::recv_init);
-    return p2p_.recv_init({shim::recv_init, direction::recv, buf, count, datatype, source}, tag, comm, request);
+    return p2p_full<&p2p_executor::recv_init, shim::recv_init, direction::recv>(buf, count, datatype, source, tag, comm,
+                                                                                request);
 }
 
 int runtime::sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
                       int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
                       MPI_Status* status) noexcept {
-    if (p2p_.quick_pair(shim::sendrecv, sendbuf, sendcount, sendtype, dest, recvbuf, recvcount, recvtype, source))
-        [[likely]]
+    if (p2p_.quick_pair(*this, sendbuf, sendcount, sendtype, dest, recvbuf, recvcount, recvtype, source)) [[likely]]
         return sendrecv_call(nbc_, sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
                              recvtag, comm, status);
-    this->count(shim::sendrecv);
-    return p2p_.sendrecv({shim::sendrecv, direction::send, sendbuf, sendcount, sendtype, dest}, sendtag,
-                         {shim::sendrecv, direction::recv, recvbuf, recvcount, recvtype, source}, recvtag, comm,
-                         status);
+    return p2p_full<&p2p_executor::sendrecv, shim::sendrecv, direction::send>(
+        sendbuf, sendcount, sendtype, dest, sendtag,
+        p2p_executor::call{shim::sendrecv, direction::recv, recvbuf, recvcount, recvtype, source}, recvtag, comm,
+        status);
 }
 
 int runtime::sendrecv_replace(void* buf, int count, MPI_Datatype datatype, int dest, int sendtag, int source,

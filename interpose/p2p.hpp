@@ -48,14 +48,15 @@ public:
         int peer;  ///< destination or source (0 for matched receives)
     };
 
-    /// The fast path every data mover takes first, before counting its call: true (the call and
-    /// the reason counted) where the call repeats one of this thread's that the library took as
-    /// one contiguous run or by the planner's settled choice, and no request of shunt's is alive;
-    /// the caller then passes it on itself.
-    bool quick(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer) noexcept;
+    /// The fast path every data mover takes first, before counting its call: true where the call
+    /// repeats one of this thread's that the library took as one contiguous run or by the
+    /// planner's settled choice, no request of shunt's is alive and nothing is counted (no
+    /// SHUNT_REPORT); the caller then passes it on itself, uncounted. `rt` is the runtime (the
+    /// caller's `*this`, so that the check needs no load for it).
+    bool quick(runtime& rt, direction d, const void* buf, int count, MPI_Datatype type, int peer) noexcept;
     /// quick() for MPI_Sendrecv: both sides repeat calls the library took.
-    bool quick_pair(shim s, const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, const void* recvbuf,
-                    int recvcount, MPI_Datatype recvtype, int source) noexcept;
+    bool quick_pair(runtime& rt, const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                    const void* recvbuf, int recvcount, MPI_Datatype recvtype, int source) noexcept;
 
     /// MPI_Send, MPI_Ssend, MPI_Rsend, MPI_Bsend (by `c.s`).
     int send(const call& c, int tag, MPI_Comm comm) noexcept;

@@ -55,7 +55,10 @@ std::shared_ptr<cost_model> load_runtime_model(const settings& cfg, std::string&
 }  // namespace
 
 runtime::runtime(const settings& cfg)
-    : cfg_(cfg), model_(load_runtime_model(cfg, model_note_)), planner_(model_, overrides_of(cfg.pack)) {}
+    : cfg_(cfg),
+      model_(load_runtime_model(cfg, model_note_)),
+      planner_(model_, overrides_of(cfg.pack)),
+      counting_(cfg.report != report_mode::off) {}
 
 runtime* runtime::create() noexcept {
     try {

@@ -89,6 +89,7 @@ public:
     /// nullptr without memory.
     nccl_executor* nccl() noexcept;
     nbc_executor& nbc() noexcept { return nbc_; }
+    p2p_executor& p2p() noexcept { return p2p_; }
 
     /// True between MPI_Init (however MPI was started) and MPI_Finalize.
     bool running() noexcept {
@@ -100,21 +101,31 @@ public:
     /// True once MPI has started and not yet finalised, without starting shunt (a cheap load).
     bool running_now() const noexcept { return state_.load(std::memory_order_acquire) == state::running; }
 
-    [[gnu::always_inline]] void count(shim s) noexcept { stats_.add(counter_index::calls(s)); }
+    /// SHUNT_REPORT is on (the counts and use counts feed it alone).
+    bool counting() const noexcept { return counting_; }
+    // The counts feed SHUNT_REPORT alone: without a report nothing is counted (a load and a
+    // branch on every call instead of finding the thread's block and two adds).
+    [[gnu::always_inline]] void count(shim s) noexcept {
+        if (counting_) stats_.add(counter_index::calls(s));
+    }
     [[gnu::always_inline]] void count_pass(direction d, pass_reason why) noexcept {
-        stats_.add(counter_index::passed(d, why));
+        if (counting_) stats_.add(counter_index::passed(d, why));
     }
     /// count(s) and count_pass(d, why) at once (the passed-through fast paths).
     [[gnu::always_inline]] void count_passed(shim s, direction d, pass_reason why) noexcept {
-        stats_.add(counter_index::calls(s), 1, counter_index::passed(d, why), 1);
+        if (counting_) stats_.add(counter_index::calls(s), 1, counter_index::passed(d, why), 1);
     }
     void count_done(direction d, std::int64_t bytes) noexcept {
-        stats_.add(counter_index::handled(d), 1, counter_index::bytes(d), static_cast<std::uint64_t>(bytes));
+        if (counting_)
+            stats_.add(counter_index::handled(d), 1, counter_index::bytes(d), static_cast<std::uint64_t>(bytes));
     }
     /// A call shunt handled, in the per-shim counts (collectives, point-to-point, completion).
-    void count_handled(shim s) noexcept { stats_.add(counter_index::shim_handled(s)); }
+    void count_handled(shim s) noexcept {
+        if (counting_) stats_.add(counter_index::shim_handled(s));
+    }
     /// A collective shunt ran: its bytes and its shim.
     void count_collective(shim s, std::int64_t bytes) noexcept {
+        if (!counting_) return;
         stats_.add(counter_index::handled(direction::collective));
         stats_.add(counter_index::bytes(direction::collective), static_cast<std::uint64_t>(bytes));
         stats_.add(counter_index::collective_handled(s));
@@ -146,6 +157,10 @@ private:
 
     explicit runtime(const settings& cfg);
 
+    /// A point-to-point entry point's full path (p2p.cpp): counts the call and hands it to the
+    /// executor's `Member` as call {S, D, buf, count, type, peer} and `rest`.
+    template <auto Member, shim S, direction D, class Buf, class... Rest>
+    [[gnu::noinline]] int p2p_full(Buf buf, int count, MPI_Datatype type, int peer, Rest... rest) noexcept;
     /// running() before the runtime has seen MPI start: looks, and starts shunt if it has.
     bool start_running() noexcept;
     /// instance()'s one construction.
@@ -164,6 +179,7 @@ private:
     type_memo memo_{types_};
     planner planner_;
     counters stats_;
+    const bool counting_;  ///< SHUNT_REPORT is on: the shims count their calls
     std::atomic<state> state_{state::before};
     std::atomic<bool> started_{false};
     std::array<std::atomic<bool>, shim_count> failure_logged_{};

@@ -64,8 +64,17 @@ ASAN_FIBER_NOTE = re.compile(r"^==\d+==WARNING: ASan doesn't fully support makec
                              r"and may produce false positives in some cases!\n", re.M)
 
 
+# A sanitizer's or the MPI launcher's own lines in a failed run's stderr, repeated at the end of the
+# failure message: a CI log that keeps only a long message's last lines still shows why.
+CAUSE = re.compile(r"^.*(?:==\d+==(?:ERROR|WARNING)|runtime error:|SUMMARY: \w+Sanitizer|LeakSanitizer|"
+                   r"Direct leak of|Indirect leak of|Process name:|Exit code:|signal \d+|Segmentation fault|"
+                   r"Aborted|MPI_ABORT|shunt\[rank \d+\]: (?:error|warning)|^\s+#[0-6] 0x).*$", re.M)
+
+
 def describe(p, cmd):
-    return f"\n  command: {cmd}\n  exit {p.returncode}\n  stdout:\n{p.stdout}\n  stderr:\n{p.stderr}"
+    causes = CAUSE.findall(p.stderr)[:16]
+    trailer = "\n  causes in stderr (repeated):\n" + "\n".join("    " + c.strip() for c in causes) if causes else ""
+    return f"\n  command: {cmd}\n  exit {p.returncode}\n  stdout:\n{p.stdout}\n  stderr:\n{p.stderr}{trailer}"
 
 
 def expect(cond, message, p=None, cmd=""):

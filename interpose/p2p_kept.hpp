@@ -1,0 +1,95 @@
+// interpose/p2p_kept.hpp: the thread's kept point-to-point calls, and the check that a call repeats one, inlined into the shims and the executor.
+#pragma once
+
+#include "runtime.hpp"
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace shunt::detail {
+
+/// One of the thread's recent calls that went to the library as one contiguous run or by the
+/// planner's settled choice, per direction and a few datatypes: a repeat (same datatype handle and
+/// count, no datatype committed, duplicated or freed and the model unchanged since) passes
+/// without a type lookup or a plan. Calls the planner still measures are not kept.
+struct kept_p2p {
+    MPI_Datatype type{};
+    int count = -1;  ///< -1: nothing kept
+    std::uint64_t types = 0, generation = 0;
+    pass_reason why = pass_reason::none;
+    std::atomic<std::uint64_t>* taken = nullptr;  ///< the planner's use count (planned ones)
+};
+inline constexpr std::size_t kept_ways = 4;
+inline thread_local kept_p2p kept_p2ps[2 * kept_ways];
+
+/// The slot of `(d, t)`: written by p2p_executor::plan_call, read by kept_for.
+inline kept_p2p& kept_slot(direction d, MPI_Datatype t) noexcept {
+    std::uint64_t h = 0;
+    std::memcpy(&h, &t, sizeof t < sizeof h ? sizeof t : sizeof h);
+    const std::size_t way = static_cast<std::size_t>((h * 0x9E3779B97F4A7C15ull) >> 62);
+    return kept_p2ps[(d == direction::recv ? kept_ways : 0) + way];
+}
+
+/// The kept call `(d, count, type)` repeats, or nullptr where the full decision is due.
+[[gnu::always_inline]] inline const kept_p2p* kept_for(runtime& rt, direction d, const void* buf, int count,
+                                                       MPI_Datatype type, int peer) noexcept {
+    const kept_p2p& k = kept_slot(d, type);
+    if (k.count != count || k.type != type || buf == nullptr || peer == MPI_PROC_NULL) return nullptr;
+    // A contiguous run is one whatever the model says.
+    if (k.types != rt.memo().generation() ||
+        (k.why != pass_reason::contiguous && k.generation != rt.model().generation()) ||
+        rt.devices().in_use_relaxed() || !rt.running_now())
+        return nullptr;
+    return &k;
+}
+
+[[gnu::always_inline]] inline bool p2p_executor::quick(runtime& rt, direction d, const void* buf, int count,
+                                                       MPI_Datatype type, int peer) noexcept {
+    return !live() && !rt.counting() && kept_for(rt, d, buf, count, type, peer) != nullptr;
+}
+
+[[gnu::always_inline]] inline bool p2p_executor::quick_pair(runtime& rt, const void* sendbuf, int sendcount,
+                                                            MPI_Datatype sendtype, int dest, const void* recvbuf,
+                                                            int recvcount, MPI_Datatype recvtype, int source) noexcept {
+    return !live() && !rt.counting() && kept_for(rt, direction::send, sendbuf, sendcount, sendtype, dest) != nullptr &&
+           kept_for(rt, direction::recv, recvbuf, recvcount, recvtype, source) != nullptr;
+}
+
+/// The shims' fast path (shims.cpp), by shim: `fast_path<S>{rt}(args...)` is true where the call
+/// goes to the library as it is, with nothing to count, which the shim then calls itself (no call
+/// into the runtime, no stack frame of its own); false for every call without one. Only the most
+/// frequent calls have one; a blocking call only while none of shunt's nonblocking collectives is
+/// in flight (the runtime then makes it nonblocking and progresses them while it waits).
+template <shim S>
+struct fast_path {
+    runtime& rt;
+
+    template <class... A>
+    [[gnu::always_inline]] bool operator()([[maybe_unused]] A... a) const noexcept {
+        if constexpr (S == shim::send || S == shim::recv)
+            return blocking(a...);
+        else if constexpr (S == shim::isend || S == shim::irecv)
+            return nonblocking(a...);
+        else
+            return false;
+    }
+
+private:
+    static constexpr direction d = S == shim::send || S == shim::isend ? direction::send : direction::recv;
+
+    template <class... Status>
+    [[gnu::always_inline]] bool blocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
+                                         Status...) const noexcept {
+        return !rt.nbc().in_flight() && rt.p2p().quick(rt, d, buf, count, type, peer);
+    }
+    [[gnu::always_inline]] bool nonblocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
+                                            MPI_Request* request) const noexcept {
+        return request != nullptr && rt.p2p().quick(rt, d, buf, count, type, peer);
+    }
+};
+
+}  // namespace shunt::detail
