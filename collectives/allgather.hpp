@@ -46,7 +46,7 @@ inline void allgather(const topology& topo, const void* sendbuf, void* recvbuf, 
     if (count < 0) throw unsupported("allgather: negative count");
     const std::int64_t es = detail::dense_size(type);
     if (es <= 0) throw unsupported("allgather: datatype is not a dense element type");
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     const void* mine =
         sendbuf == MPI_IN_PLACE ? static_cast<const std::byte*>(recvbuf) + topo.rank() * count * es : sendbuf;
     allgather(t, topo.groups(opt.levels), mine, recvbuf, count * es, opt);
@@ -65,6 +65,17 @@ struct mpi_allgather {
     static int library(const mpi_coll_args& a) {
         return PMPI_Allgather(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Iallgather).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Iallgather(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Allgather_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Allgather_init(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm, info,
+                                   request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args& a, bool, mpi_coll_facts&, std::int64_t& key) {
         if (a.recvcount == 0) return pass_reason::empty;
         key = mpi_key_bytes(a.recvcount, a.recvtype, true, a.comm);
@@ -86,7 +97,7 @@ struct mpi_allgather {
     }
     static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
                     const collective_options& opt) {
-        mpi_transport t(topo.comm());
+        mpi_transport t(topo.comm(), opt);
         detail::byte_image all(a.recvbuf, std::int64_t{a.recvcount} * f.size, a.recvtype, f.rt);
         std::byte* mine = all.data() + f.me * f.block;
         if (a.sendbuf == MPI_IN_PLACE) {

@@ -61,6 +61,18 @@ struct mpi_allgatherv {
         return PMPI_Allgatherv(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcounts, a.rdispls, a.recvtype,
                                a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Iallgatherv).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Iallgatherv(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcounts, a.rdispls, a.recvtype,
+                                a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Allgatherv_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Allgatherv_init(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcounts, a.rdispls, a.recvtype,
+                                    a.comm, info, request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args&, bool, mpi_coll_facts&, std::int64_t& key) {
         key = -1;
         return pass_reason::none;
@@ -101,7 +113,7 @@ struct mpi_allgatherv {
     static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
                     const collective_options& opt) {
         const bool in_place = a.sendbuf == MPI_IN_PLACE;
-        mpi_transport t(topo.comm());
+        mpi_transport t(topo.comm(), opt);
         host_buffer staging(f.packed_order ? 0 : f.bytes);
         std::byte* work = f.packed_order ? static_cast<std::byte*>(a.recvbuf) : staging.data();
         std::int64_t offset = 0;

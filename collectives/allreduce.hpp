@@ -43,7 +43,7 @@ inline void allreduce(const topology& topo, const void* sendbuf, void* recvbuf, 
                       MPI_Op op, const collective_options& opt = {}) {
     if (count < 0) throw unsupported("allreduce: negative count");
     mpi_reduction red(type, op);
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     allreduce(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, opt);
 }
 
@@ -62,6 +62,16 @@ struct mpi_allreduce {
     static int library(const mpi_coll_args& a) {
         return PMPI_Allreduce(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Iallreduce).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Iallreduce(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Allreduce_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Allreduce_init(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm, info, request);
+    }
+#endif
     /// Before the settled-decision lookup: why the library runs the call at once; the lookup's key
     /// (-1: none) and whether the call may be measured (`measure_all`: SHUNT_COLL=measure).
     static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {

@@ -191,7 +191,7 @@ inline void alltoall(const topology& topo, const void* sendbuf, void* recvbuf, s
     if (count < 0) throw unsupported("alltoall: negative count");
     const std::int64_t es = detail::dense_size(type);
     if (es <= 0) throw unsupported("alltoall: datatype is not a dense element type");
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     alltoall(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count * es, opt);
 }
 
@@ -205,6 +205,17 @@ struct mpi_alltoall {
     static int library(const mpi_coll_args& a) {
         return PMPI_Alltoall(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Ialltoall).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Ialltoall(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Alltoall_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Alltoall_init(a.sendbuf, a.sendcount, a.sendtype, a.recvbuf, a.recvcount, a.recvtype, a.comm, info,
+                                  request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args& a, bool, mpi_coll_facts&, std::int64_t& key) {
         if (a.recvcount == 0) return pass_reason::empty;
         key = mpi_key_bytes(a.recvcount, a.recvtype, true, a.comm);
@@ -228,7 +239,7 @@ struct mpi_alltoall {
     }
     static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
                     const collective_options& opt) {
-        mpi_transport t(topo.comm());
+        mpi_transport t(topo.comm(), opt);
         detail::byte_image out(a.recvbuf, std::int64_t{a.recvcount} * f.size, a.recvtype, f.rt);
         if (a.sendbuf == MPI_IN_PLACE) {
             out.pack();

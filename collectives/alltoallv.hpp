@@ -222,7 +222,7 @@ inline void alltoallv(const topology& topo, const void* sendbuf, const int sendc
         sb[i] = sc * es, so[i] = sd * es, rb[i] = recvcounts[i] * es, ro[i] = rdispls[i] * es;
         span = std::max(span, ro[i] + rb[i]);
     }
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     if (in_place) {  // the input must survive while blocks arrive
         auto copy = t.scratch(span);
         t.copy(copy.data(), recvbuf, span);
@@ -255,6 +255,18 @@ struct mpi_alltoallv {
         return PMPI_Alltoallv(a.sendbuf, a.sendcounts, a.sdispls, a.sendtype, a.recvbuf, a.recvcounts, a.rdispls,
                               a.recvtype, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Ialltoallv).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Ialltoallv(a.sendbuf, a.sendcounts, a.sdispls, a.sendtype, a.recvbuf, a.recvcounts, a.rdispls,
+                               a.recvtype, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Alltoallv_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Alltoallv_init(a.sendbuf, a.sendcounts, a.sdispls, a.sendtype, a.recvbuf, a.recvcounts, a.rdispls,
+                                   a.recvtype, a.comm, info, request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args&, bool, mpi_coll_facts&, std::int64_t& key) {
         key = 0;
         return pass_reason::none;
@@ -286,7 +298,7 @@ struct mpi_alltoallv {
     static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
                     const collective_options& opt) {
         const bool in_place = a.sendbuf == MPI_IN_PLACE;
-        mpi_transport t(topo.comm());
+        mpi_transport t(topo.comm(), opt);
         // In place: the data to send are in recvbuf under the receive counts, copied out first.
         detail::block_images in(in_place ? a.recvbuf : const_cast<void*>(a.sendbuf),
                                 in_place ? a.recvcounts : a.sendcounts, in_place ? a.rdispls : a.sdispls,

@@ -62,7 +62,7 @@ inline void bcast(const topology& topo, void* buf, std::int64_t count, MPI_Datat
     if (root < 0 || root >= topo.size()) throw unsupported("bcast: root out of range");
     const std::int64_t es = detail::dense_size(type);
     if (es <= 0) throw unsupported("bcast: datatype is not a dense element type");
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     bcast(t, topo.groups(opt.levels), buf, count * es, root, opt);
 }
 
@@ -76,6 +76,16 @@ struct mpi_bcast {
     static int library(const mpi_coll_args& a) {
         return PMPI_Bcast(a.recvbuf, a.recvcount, a.recvtype, a.root, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Ibcast).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Ibcast(a.recvbuf, a.recvcount, a.recvtype, a.root, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Bcast_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Bcast_init(a.recvbuf, a.recvcount, a.recvtype, a.root, a.comm, info, request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args& a, bool, mpi_coll_facts&, std::int64_t& key) {
         if (a.recvcount == 0) return pass_reason::empty;
         key = mpi_key_bytes(a.recvcount, a.recvtype, false, a.comm);
@@ -99,7 +109,7 @@ struct mpi_bcast {
     }
     static void run(const topology& topo, const mpi_coll_args& a, const mpi_coll_facts& f,
                     const collective_options& opt) {
-        mpi_transport t(topo.comm());
+        mpi_transport t(topo.comm(), opt);
         detail::byte_image image(a.recvbuf, a.recvcount, a.recvtype, f.rt);
         if (f.me == a.root) image.pack();
         bcast(t, topo.groups(opt.levels), image.data(), image.bytes(), a.root);

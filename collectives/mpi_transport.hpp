@@ -27,38 +27,65 @@ private:
     std::int64_t size_;
 };
 
+/// What an mpi_transport waits for its requests with, instead of PMPI_Waitall: the preload
+/// library suspends a nonblocking collective's schedule there until they complete, and
+/// progresses its nonblocking collectives while a blocking schedule waits.
+class mpi_waiter {
+public:
+    virtual ~mpi_waiter() = default;
+    /// Completes every request of `requests` (each becomes MPI_REQUEST_NULL) and returns what
+    /// PMPI_Waitall would (statuses ignored). Called by one thread at a time per transport.
+    virtual int wait_all(std::span<MPI_Request> requests) = 0;
+};
+
 /// The transport over all ranks of an MPI communicator, with shunt's own PMPI calls only. Use
 /// a communicator private to shunt (topology::comm()) so its messages never meet the
 /// application's. Messages larger than 1 GiB are sent in pieces; zero-byte messages are not
-/// sent. MPI errors throw shunt::mpi_error.
+/// sent. MPI errors throw shunt::mpi_error. With a waiter every message is nonblocking and the
+/// waiter completes them (so the schedule may be suspended there).
 class mpi_transport {
 public:
     using reduction_type = mpi_reduction;
-    /// The tag of all messages; one collective at a time runs on a communicator.
+    /// The tag of all messages; one blocking collective at a time runs on a communicator, and
+    /// nonblocking ones in flight together take tags of their own (collective_options::mpi_tag).
     static constexpr int default_tag = 0x5a7;
     static constexpr std::int64_t max_piece = std::int64_t{1} << 30;
 
-    explicit mpi_transport(MPI_Comm comm, int tag = default_tag) : comm_(comm), tag_(tag) {
+    explicit mpi_transport(MPI_Comm comm, int tag = default_tag, mpi_waiter* waiter = nullptr)
+        : comm_(comm), tag_(tag), waiter_(waiter) {
         SHUNT_CHECK_MPI(PMPI_Comm_size(comm, &size_));
         SHUNT_CHECK_MPI(PMPI_Comm_rank(comm, &rank_));
     }
+    /// The transport an MPI form runs on: the tag and waiter of `opt` (collective_options).
+    mpi_transport(MPI_Comm comm, const collective_options& opt)
+        : mpi_transport(comm, opt.mpi_tag >= 0 ? opt.mpi_tag : default_tag, opt.mpi_wait) {}
 
     int size() const { return size_; }
     int rank() const { return rank_; }
     MPI_Comm comm() const { return comm_; }
 
     void send(int peer, const void* data, std::int64_t bytes) {
+        if (waiter_ != nullptr) {
+            const send_message s{peer, data, bytes};
+            exchange(std::span<const send_message>(&s, 1), {});
+            return;
+        }
         const auto* p = static_cast<const std::byte*>(data);
         for (std::int64_t off = 0; off < bytes; off += max_piece)
             SHUNT_CHECK_MPI(PMPI_Send(p + off, piece(bytes - off), MPI_BYTE, peer, tag_, comm_));
     }
     void recv(int peer, void* data, std::int64_t bytes) {
+        if (waiter_ != nullptr) {
+            const recv_message r{peer, data, bytes};
+            exchange({}, std::span<const recv_message>(&r, 1));
+            return;
+        }
         auto* p = static_cast<std::byte*>(data);
         for (std::int64_t off = 0; off < bytes; off += max_piece)
             SHUNT_CHECK_MPI(PMPI_Recv(p + off, piece(bytes - off), MPI_BYTE, peer, tag_, comm_, MPI_STATUS_IGNORE));
     }
     void sendrecv(int dst, const void* sdata, std::int64_t sbytes, int src, void* rdata, std::int64_t rbytes) {
-        if (sbytes > 0 && rbytes > 0 && sbytes <= max_piece && rbytes <= max_piece) {
+        if (waiter_ == nullptr && sbytes > 0 && rbytes > 0 && sbytes <= max_piece && rbytes <= max_piece) {
             SHUNT_CHECK_MPI(PMPI_Sendrecv(sdata, static_cast<int>(sbytes), MPI_BYTE, dst, tag_, rdata,
                                           static_cast<int>(rbytes), MPI_BYTE, src, tag_, comm_, MPI_STATUS_IGNORE));
             return;
@@ -97,6 +124,10 @@ public:
             }
         }
         if (reqs.empty()) return;
+        if (waiter_ != nullptr) {
+            wait(waiter_->wait_all(reqs), "PMPI_Testall");
+            return;
+        }
         wait(PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "PMPI_Waitall");
     }
     void reduce(const mpi_reduction& red, const void* in, void* inout, std::int64_t count) {
@@ -112,6 +143,7 @@ private:
 
     MPI_Comm comm_;
     int tag_;
+    mpi_waiter* waiter_;
     int size_ = 0, rank_ = 0;
 };
 

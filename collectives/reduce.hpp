@@ -65,7 +65,7 @@ inline void reduce(const topology& topo, const void* sendbuf, void* recvbuf, std
     if (count < 0) throw unsupported("reduce: negative count");
     if (root < 0 || root >= topo.size()) throw unsupported("reduce: root out of range");
     mpi_reduction red(type, op);
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     reduce(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red, root, opt);
 }
 
@@ -85,6 +85,16 @@ struct mpi_reduce {
     static int library(const mpi_coll_args& a) {
         return PMPI_Reduce(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.root, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Ireduce).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Ireduce(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.root, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Reduce_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Reduce_init(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.root, a.comm, info, request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {
         if (PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS || PMPI_Comm_rank(a.comm, &f.me) != MPI_SUCCESS)
             return pass_reason::bad_argument;

@@ -60,7 +60,7 @@ inline void reduce_scatter(const topology& topo, const void* sendbuf, void* recv
         counts[static_cast<std::size_t>(r)] = recvcounts[r];
     }
     mpi_reduction red(type, op);
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     reduce_scatter(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, counts, red, opt);
 }
 
@@ -80,6 +80,16 @@ struct mpi_reduce_scatter {
     static int library(const mpi_coll_args& a) {
         return PMPI_Reduce_scatter(a.sendbuf, a.recvbuf, a.recvcounts, a.recvtype, a.op, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Ireduce_scatter).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Ireduce_scatter(a.sendbuf, a.recvbuf, a.recvcounts, a.recvtype, a.op, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Reduce_scatter_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Reduce_scatter_init(a.sendbuf, a.recvbuf, a.recvcounts, a.recvtype, a.op, a.comm, info, request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {
         int inter = 0;
         if (a.recvcounts == nullptr || a.sendbuf == a.recvbuf || PMPI_Comm_test_inter(a.comm, &inter) != MPI_SUCCESS ||

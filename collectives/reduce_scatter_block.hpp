@@ -49,7 +49,7 @@ inline void reduce_scatter_block(const topology& topo, const void* sendbuf, void
                                  MPI_Datatype type, MPI_Op op, const collective_options& opt = {}) {
     if (count < 0) throw unsupported("reduce_scatter_block: negative count");
     mpi_reduction red(type, op);
-    mpi_transport t(topo.comm());
+    mpi_transport t(topo.comm(), opt);
     reduce_scatter_block(t, topo.groups(opt.levels), sendbuf == MPI_IN_PLACE ? recvbuf : sendbuf, recvbuf, count, red,
                          opt);
 }
@@ -69,6 +69,17 @@ struct mpi_reduce_scatter_block {
     static int library(const mpi_coll_args& a) {
         return PMPI_Reduce_scatter_block(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm);
     }
+    /// The library's nonblocking form of the call (MPI_Ireduce_scatter_block).
+    static int ilibrary(const mpi_coll_args& a, MPI_Request* request) {
+        return PMPI_Ireduce_scatter_block(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm, request);
+    }
+#if MPI_VERSION >= 4
+    /// The library's persistent form (MPI_Reduce_scatter_block_init) of the call.
+    static int library_init(const mpi_coll_args& a, MPI_Info info, MPI_Request* request) {
+        return PMPI_Reduce_scatter_block_init(a.sendbuf, a.recvbuf, a.recvcount, a.recvtype, a.op, a.comm, info,
+                                              request);
+    }
+#endif
     static pass_reason early(const mpi_coll_args& a, bool measure_all, mpi_coll_facts& f, std::int64_t& key) {
         if (PMPI_Comm_size(a.comm, &f.size) != MPI_SUCCESS) return pass_reason::bad_argument;
         if (a.recvcount == 0) return pass_reason::empty;

@@ -11,6 +11,8 @@
 
 namespace shunt {
 
+class mpi_waiter;
+
 /// One message of a batched exchange: `bytes` bytes to or from group member `peer`.
 struct send_message {
     int peer = 0;
@@ -115,6 +117,12 @@ struct collective_options {
     /// level at all is one flat exchange. The MPI forms on a topology read it; the template
     /// forms take the hierarchy itself.
     std::uint32_t levels = ~std::uint32_t{0};
+    /// The MPI forms on a topology (mpi_transport): the tag of the schedule's messages (-1: the
+    /// transport's default; equal on every rank) and what waits for its requests (nullptr:
+    /// PMPI_Waitall; local to each rank). The preload library sets them to run a schedule as a
+    /// nonblocking collective, or to progress those while a blocking one waits.
+    int mpi_tag = -1;
+    mpi_waiter* mpi_wait = nullptr;
 };
 
 }  // namespace shunt

@@ -17,6 +17,7 @@
 #include "device_stage.hpp"
 #include "runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cmath>
@@ -24,6 +25,9 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace shunt::detail {
 namespace {
@@ -65,6 +69,64 @@ private:
 /// Said once when a topology cannot be built.
 std::atomic<bool> topology_warned{false};
 
+/// True for the datatypes MPI predefines (their handles are valid for the whole run).
+bool predefined(MPI_Datatype t) {
+    int ints = 0, addrs = 0, types = 0, combiner = MPI_COMBINER_NAMED;
+    return t == MPI_DATATYPE_NULL || (PMPI_Type_get_envelope(t, &ints, &addrs, &types, &combiner) == MPI_SUCCESS &&
+                                      combiner == MPI_COMBINER_NAMED);
+}
+
+/// What a nonblocking or persistent schedule holds on to after its call returns: duplicates of
+/// the application's derived datatypes (it may free its own handles meanwhile, as MPI allows)
+/// and shunt's decoded forms of them.
+struct call_hold {
+    std::vector<MPI_Datatype> dups;
+    std::shared_ptr<const type_info> send_info, recv_info;
+    call_hold() = default;
+    call_hold(const call_hold&) = delete;
+    call_hold& operator=(const call_hold&) = delete;
+    ~call_hold() {
+        int finalized = 1;
+        if (PMPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+        for (MPI_Datatype& t : dups) PMPI_Type_free(&t);
+    }
+    /// Points `a` at duplicates of its derived datatypes and `f` at held decoded forms.
+    void take(mpi_coll_args& a, mpi_coll_facts& f, type_memo& memo) {
+        const auto dup = [&](MPI_Datatype& t) {
+            if (predefined(t)) return;
+            MPI_Datatype d = MPI_DATATYPE_NULL;
+            SHUNT_CHECK_MPI(PMPI_Type_dup(t, &d));
+            dups.push_back(d);
+            t = d;
+        };
+        const auto hold = [&](MPI_Datatype t, detail::type_facts& facts, std::shared_ptr<const type_info>& info) {
+            if (facts.info == nullptr) return;
+            info = memo.find_shared(t);
+            if (info.get() != facts.info) throw error("a datatype's decoded form changed during the call");
+            facts.info = info.get();
+        };
+        hold(a.recvtype, f.rt, recv_info);
+        if (a.sendbuf == MPI_IN_PLACE)
+            f.st.info = f.rt.info;
+        else
+            hold(a.sendtype, f.st, send_info);
+        dups.reserve(2);
+        const MPI_Datatype recv = a.recvtype;
+        dup(a.recvtype);
+        if (a.sendbuf == MPI_IN_PLACE) return;  // the send type is ignored, maybe not even valid
+        if (a.sendtype == recv)
+            a.sendtype = a.recvtype;
+        else
+            dup(a.sendtype);
+    }
+};
+
+/// A nonblocking call's arguments: all but the last (the request).
+template <class Form, class... A, std::size_t... I>
+mpi_coll_args describe_first(std::tuple<A...> args, std::index_sequence<I...>) {
+    return Form::describe(std::get<I>(args)...);
+}
+
 }  // namespace
 
 // ---- entry points: one descriptor each (the form's describe), one path for all ----
@@ -77,11 +139,86 @@ std::atomic<bool> topology_warned{false};
 SHUNT_MPI_COLL_CALLS(SHUNT_COLL_ENTRY_)
 #undef SHUNT_COLL_ENTRY_
 
+// The nonblocking and persistent forms run the blocking form's checks and schedule: each names
+// its blocking form.
+using mpi_iallreduce = mpi_allreduce;
+using mpi_ireduce = mpi_reduce;
+using mpi_ireduce_scatter_block = mpi_reduce_scatter_block;
+using mpi_ireduce_scatter = mpi_reduce_scatter;
+using mpi_iallgather = mpi_allgather;
+using mpi_iallgatherv = mpi_allgatherv;
+using mpi_ibcast = mpi_bcast;
+using mpi_ialltoall = mpi_alltoall;
+using mpi_ialltoallv = mpi_alltoallv;
+
+#define SHUNT_NBC_ENTRY_(name, Name, params, args)                                                                  \
+    int runtime::name params noexcept {                                                                             \
+        this->count(shim::name);                                                                                    \
+        auto all = std::make_tuple args;                                                                            \
+        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 1;                                             \
+        return colls_.start<mpi_##name>(shim::name, describe_first<mpi_##name>(all, std::make_index_sequence<n>{}), \
+                                        std::get<n>(all));                                                          \
+    }
+SHUNT_MPI_NBC_CALLS(SHUNT_NBC_ENTRY_)
+#undef SHUNT_NBC_ENTRY_
+
+#if SHUNT_HAVE_PERSISTENT_COLLECTIVES
+using mpi_allreduce_init = mpi_allreduce;
+using mpi_reduce_init = mpi_reduce;
+using mpi_reduce_scatter_block_init = mpi_reduce_scatter_block;
+using mpi_reduce_scatter_init = mpi_reduce_scatter;
+using mpi_allgather_init = mpi_allgather;
+using mpi_allgatherv_init = mpi_allgatherv;
+using mpi_bcast_init = mpi_bcast;
+using mpi_alltoall_init = mpi_alltoall;
+using mpi_alltoallv_init = mpi_alltoallv;
+
+#define SHUNT_INIT_ENTRY_(name, Name, params, args)                                                                \
+    int runtime::name params noexcept {                                                                            \
+        this->count(shim::name);                                                                                   \
+        auto all = std::make_tuple args;                                                                           \
+        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 2;                                            \
+        return colls_.init<mpi_##name>(shim::name, describe_first<mpi_##name>(all, std::make_index_sequence<n>{}), \
+                                       std::get<n>(all), std::get<n + 1>(all));                                    \
+    }
+SHUNT_MPI_PERSISTENT_CALLS(SHUNT_INIT_ENTRY_)
+#undef SHUNT_INIT_ENTRY_
+#endif
+
 // ---- the one path ----
 
 template <class Form>
 int coll_executor::run(shim s, mpi_coll_args a) noexcept {
-    const auto library = [&] { return Form::library(a); };
+    if constexpr (Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block ||
+                  Form::op == coll_op::reduce_scatter) {
+        compress_executor& c = rt_.compression();
+        if (c.wanted()) {
+            struct call {
+                coll_executor* self;
+                shim s;
+                mpi_coll_args* a;
+            } x{this, s, &a};
+            return c.run(
+                s, Form::op, a,
+                [](void* p) noexcept {
+                    auto* x = static_cast<call*>(p);
+                    return x->self->template run_exact<Form>(x->s, *x->a);
+                },
+                &x);
+        }
+    }
+    return run_exact<Form>(s, a);
+}
+
+template <class Form>
+int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
+    // The library's blocking call stays blocking: a nonblocking collective never matches a blocking
+    // one, and the other ranks may have no schedule of shunt's in flight. It cannot progress
+    // shunt's schedules while it waits (see nbc_executor); they move first.
+    const auto library = [&] {
+        rt_.nbc().progress();
+        return Form::library(a);
+    };
     const auto pass = [&](pass_reason why) {
         rt_.count_pass(direction::collective, why);
         return library();
@@ -115,6 +252,169 @@ int coll_executor::run(shim s, mpi_coll_args a) noexcept {
     }
     return collective(s, Form::op, a.comm, f.bytes, f.live, dev, library,
                       [&](const topology& topo, const collective_options& opt) { Form::run(topo, a, f, opt); });
+}
+
+// ---- nonblocking and persistent calls ----
+
+template <class Form>
+int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept {
+    const auto pass = [&](pass_reason why) {
+        rt_.count_pass(direction::collective, why);
+        return Form::ilibrary(a, request);
+    };
+    if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
+    if (request == nullptr) return pass(pass_reason::bad_argument);
+    // Device buffers: the library's own nonblocking call, as before shunt ran these.
+    if (rt_.devices().in_use()) return pass(pass_reason::unsupported);
+    mpi_coll_facts f;
+    context* ctx = nullptr;
+    nonblocking_plan::pick pick;
+    try {
+        std::int64_t key = -1;
+        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
+        if (why != pass_reason::none) return pass(why);
+        ctx = existing_context(a.comm);
+        if (ctx == nullptr) return pass(pass_reason::not_set_up);
+        if (!ctx->usable) return pass(ctx->why);
+        if (key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) return pass(pass_reason::planned);
+        memo_source types(rt_.memo(), rt_.types());
+        why = Form::check(a, types, f);
+        if (why != pass_reason::none) return pass(why);
+        // User-defined reductions stay with the library: the application may free its MPI_Op
+        // while the call is in flight, and MPI gives shunt no way to keep it.
+        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass(pass_reason::unsupported);
+        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
+        if (why != pass_reason::none) return pass(why);
+    } catch (const std::exception& e) {
+        // Before the decision: what fails here fails alike on every rank, or comes of an
+        // erroneous call the library then judges.
+        rt_.internal_failure(s, e.what());
+        return pass(pass_reason::internal);
+    }
+    try {
+        auto hold = std::make_shared<call_hold>();
+        hold->take(a, f, rt_.memo());
+        const int tag = ctx->tag_first + static_cast<int>(ctx->nbc_calls.fetch_add(1) % ctx->tag_span);
+        rt_.nbc().launch(
+            s, f.bytes,
+            [a, f, topo = ctx->topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
+                collective_options opt;
+                opt.levels = levels;
+                opt.mpi_tag = tag;
+                opt.mpi_wait = &w;
+                Form::run(*topo, a, f, opt);
+            },
+            std::move(hold), request);
+        rt_.count_collective(s, f.bytes);
+        return MPI_SUCCESS;
+    } catch (const std::exception& e) {
+        // The other ranks run shunt's schedule: no way back to the library.
+        log_error(log_category::init, "%s: cannot start shunt's schedule (%s)", shim_names[static_cast<std::size_t>(s)],
+                  e.what());
+        PMPI_Comm_call_errhandler(a.comm, MPI_ERR_INTERN);
+        return MPI_ERR_INTERN;
+    }
+}
+
+#if SHUNT_HAVE_PERSISTENT_COLLECTIVES
+template <class Form>
+int coll_executor::init(shim s, mpi_coll_args a, MPI_Info info, MPI_Request* request) noexcept {
+    const auto pass = [&](pass_reason why) {
+        rt_.count_pass(direction::collective, why);
+        return Form::library_init(a, info, request);
+    };
+    if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
+    if (request == nullptr) return pass(pass_reason::bad_argument);
+    if (rt_.devices().in_use()) return pass(pass_reason::unsupported);
+    mpi_coll_facts f;
+    context* ctx = nullptr;
+    nonblocking_plan::pick pick;
+    try {
+        std::int64_t key = -1;
+        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
+        if (why != pass_reason::none) return pass(why);
+        ctx = existing_context(a.comm);
+        if (ctx == nullptr) return pass(pass_reason::not_set_up);
+        if (!ctx->usable) return pass(ctx->why);
+        memo_source types(rt_.memo(), rt_.types());
+        why = Form::check(a, types, f);
+        if (why != pass_reason::none) return pass(why);
+        // User-defined reductions stay with the library: the application may free its MPI_Op
+        // while the call is in flight, and MPI gives shunt no way to keep it.
+        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass(pass_reason::unsupported);
+        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
+        if (why != pass_reason::none) return pass(why);
+    } catch (const std::exception& e) {
+        rt_.internal_failure(s, e.what());
+        return pass(pass_reason::internal);
+    }
+    try {
+        auto hold = std::make_shared<call_hold>();
+        hold->take(a, f, rt_.memo());
+        const int tag =
+            ctx->tag_first + ctx->tag_span + static_cast<int>(ctx->persistent_calls.fetch_add(1) % ctx->tag_span);
+        rt_.nbc().make_persistent(
+            s, f.bytes,
+            [a, f, topo = ctx->topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
+                collective_options opt;
+                opt.levels = levels;
+                opt.mpi_tag = tag;
+                opt.mpi_wait = &w;
+                Form::run(*topo, a, f, opt);
+            },
+            std::move(hold), request);
+        rt_.count_collective(s, f.bytes);
+        return MPI_SUCCESS;
+    } catch (const std::exception& e) {
+        log_error(log_category::init, "%s: cannot set up shunt's schedule (%s)",
+                  shim_names[static_cast<std::size_t>(s)], e.what());
+        PMPI_Comm_call_errhandler(a.comm, MPI_ERR_INTERN);
+        return MPI_ERR_INTERN;
+    }
+}
+#endif
+
+nonblocking_plan::pick coll_executor::nonblocking_pick(shim s, context& ctx, coll_op op, const mpi_coll_facts& f,
+                                                       pass_reason& why) noexcept {
+    why = pass_reason::none;
+    nonblocking_plan::pick pick;
+    if (!ctx.nbc) {
+        why = pass_reason::not_set_up;
+        return pick;
+    }
+    std::optional<coll_method> forced;
+    if (rt_.cfg().coll == coll_choice::shunt) forced = coll_method::hierarchical;
+    pick = ctx.nbc->choose(*ctx.tuner, op, f.bytes, f.live, forced);
+    const int cls = std::clamp(collective_tuner::size_class(f.bytes), 1, nonblocking_plan::max_class) - 1;
+    auto& logged = ctx.nbc_logged[(static_cast<std::size_t>(s) - static_cast<std::size_t>(first_collective)) *
+                                      nonblocking_plan::max_class +
+                                  static_cast<std::size_t>(cls)];
+    if (rt_.cfg().log.enabled(log_level::debug, log_category::decide) && ctx.topo->rank() == 0 &&
+        !logged.exchange(true)) {
+        const coll_shape& shape = ctx.tuner->shape();
+        const std::string over = pick.method == coll_method::hierarchical && !shape.level_names.empty()
+                                     ? " " + shape.schedule_text(pick.levels)
+                                     : "";
+        log_debug(log_category::decide, "%s of %" PRId64 " bytes on %s: %s%s (nonblocking: %s)",
+                  shim_names[static_cast<std::size_t>(s)], f.bytes, shape.signature().c_str(), method_text(pick.method),
+                  over.c_str(),
+                  forced         ? "forced"
+                  : pick.settled ? "the blocking calls' decision"
+                                 : "the model's plan, agreed when the communicator was set up");
+    }
+    if (pick.method == coll_method::library) why = pass_reason::planned;
+    return pick;
+}
+
+collective_tuner::agree_fn coll_executor::agree_on(MPI_Comm own) noexcept {
+    // Always the nonblocking form (it never matches a blocking one, and every rank agrees at the
+    // same call), waited for polling, so that shunt's schedules in flight move on meanwhile.
+    return [this, own](double* v, int n) {
+        MPI_Request r = MPI_REQUEST_NULL;
+        SHUNT_CHECK_MPI(PMPI_Iallreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, own, &r));
+        nbc_executor& x = rt_.nbc();
+        SHUNT_CHECK_MPI(x.in_flight() ? x.wait(&r, MPI_STATUS_IGNORE) : PMPI_Wait(&r, MPI_STATUS_IGNORE));
+    };
 }
 
 coll_executor::context* coll_executor::existing_context(MPI_Comm comm) noexcept {
@@ -163,9 +463,20 @@ coll_executor::context* coll_executor::context_of(MPI_Comm comm) noexcept {
     if (!inter && size > 1) {
         // Collective over comm: every rank gets here in the same call.
         try {
-            ctx->topo = &topology::of(comm, rt_.cfg().topology);
+            ctx->topo_owner = topology::shared_of(comm, rt_.cfg().topology);
+            ctx->topo = ctx->topo_owner.get();
             const bool measure = rt_.cfg().coll == coll_choice::automatic || rt_.cfg().coll == coll_choice::measure;
             ctx->tuner = std::make_shared<collective_tuner>(coll_shape::of(ctx->topo->groups()), measure ? 3 : 0);
+            // Nonblocking calls decide without communicating: their plan is agreed here, where
+            // every rank takes part (see nonblocking_plan); their schedules take tags of their own.
+            void* ub = nullptr;
+            int found = 0;
+            SHUNT_CHECK_MPI(PMPI_Comm_get_attr(ctx->topo->comm(), MPI_TAG_UB, &ub, &found));
+            const int tag_ub = found && ub != nullptr ? *static_cast<int*>(ub) : 32767;
+            ctx->tag_first = 0x1000;
+            ctx->tag_span = std::max(0, (tag_ub - ctx->tag_first + 1) / 2);
+            if (ctx->tag_span >= 64)
+                ctx->nbc = std::make_unique<nonblocking_plan>(*ctx->tuner, rt_.model(), agree_on(ctx->topo->comm()));
             ctx->usable = true;
             rt_.keep_tuner(ctx->tuner);
             if (log_enabled(log_level::debug, log_category::decide) && ctx->topo->rank() == 0) {
@@ -209,10 +520,7 @@ int coll_executor::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t by
     context* ctx = context_of(comm);
     if (ctx == nullptr) return pass(pass_reason::bad_argument);
     if (!ctx->usable) return pass(ctx->why);
-    MPI_Comm own = ctx->topo->comm();
-    const collective_tuner::agree_fn agree = [own](double* v, int n) {
-        SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, own));
-    };
+    const collective_tuner::agree_fn agree = agree_on(ctx->topo->comm());
     collective_tuner::pick pick;
     try {
         std::optional<coll_method> forced;
@@ -231,6 +539,7 @@ int coll_executor::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t by
         try {
             collective_options opt;
             opt.levels = pick.levels;
+            if (rt_.nbc().in_flight()) opt.mpi_wait = &rt_.nbc().blocking_waiter();
             dev.run(false, [&] {
                 run(*ctx->topo, opt);
                 return MPI_SUCCESS;

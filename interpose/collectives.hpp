@@ -10,6 +10,8 @@
 
 #include <mpi.h>
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -36,17 +38,40 @@ public:
     coll_executor(const coll_executor&) = delete;
     coll_executor& operator=(const coll_executor&) = delete;
 
-    /// A communicator's state for collectives: its topology and planner, or why it has none.
+    /// A communicator's state for collectives: its topology and planners, or why it has none.
     struct context {
         bool usable = false;
         pass_reason why = pass_reason::unsupported;  ///< when not usable
         const topology* topo = nullptr;  ///< cached on the same communicator, freed with it
+        std::shared_ptr<const topology> topo_owner;  ///< topo, for schedules that outlive a call
         std::shared_ptr<collective_tuner> tuner;
+        /// The decisions of nonblocking and persistent calls (nullptr: they go to the library).
+        std::unique_ptr<nonblocking_plan> nbc;
+        /// Tags of nonblocking and persistent schedules: [first, first + span) and the span after
+        /// it, handed out in call order (the same on every rank).
+        int tag_first = 0, tag_span = 0;
+        std::atomic<std::uint64_t> nbc_calls{0}, persistent_calls{0};
+        /// Nonblocking and persistent decisions already logged, per shim and size class.
+        std::array<std::atomic<bool>,
+                   (static_cast<std::size_t>(last_collective) - static_cast<std::size_t>(first_collective) + 1) *
+                       nonblocking_plan::max_class>
+            nbc_logged{};
     };
 
-    /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`.
+    /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`: the
+    /// float sums that may be compressed through the compression executor, which runs them
+    /// compressed or as run_exact().
     template <class Form>
     int run(shim s, mpi_coll_args a) noexcept;
+    /// Starts one nonblocking call (MPI_I<name>) of `Form`, its request into `*request`.
+    template <class Form>
+    int start(shim s, mpi_coll_args a, MPI_Request* request) noexcept;
+    /// Makes one persistent collective (MPI_<Name>_init) of `Form`.
+    template <class Form>
+    int init(shim s, mpi_coll_args a, MPI_Info info, MPI_Request* request) noexcept;
+    /// Runs one call without compression.
+    template <class Form>
+    int run_exact(shim s, mpi_coll_args a) noexcept;
 
     /// True when collectives on comm may go to shunt at all (MPI running, not SHUNT_COLL=library).
     bool enabled(MPI_Comm comm) noexcept;
@@ -65,6 +90,13 @@ private:
     int collective(shim s, coll_op op, MPI_Comm comm, std::int64_t bytes, bool live, device_stage& dev, Library library,
                    Shunt run) noexcept;
     void log_decision(const context& ctx, coll_op op, std::int64_t bytes, bool live, const char* name) noexcept;
+    /// The decision of a nonblocking or persistent call of `op` (see nonblocking_plan), or the
+    /// library with why (`why` set) where shunt cannot run it; logs it on first use.
+    nonblocking_plan::pick nonblocking_pick(shim s, context& ctx, coll_op op, const mpi_coll_facts& f,
+                                            pass_reason& why) noexcept;
+    /// The agreement of the planners (element-wise maximum over comm's ranks), progressing
+    /// nonblocking schedules while it waits.
+    collective_tuner::agree_fn agree_on(MPI_Comm comm) noexcept;
 
     runtime& rt_;
 };

@@ -3,8 +3,10 @@
 
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
+#include <shunt/model/nccl_file.hpp>
 #include <shunt/topology/spec.hpp>
 
+#include "compress_nccl.hpp"
 #include "runtime.hpp"
 
 #include <climits>
@@ -178,7 +180,18 @@ bool made_blocking(const ncclConfig_t* config, bool inherited) {
 
 }  // namespace
 
-nccl_executor::nccl_executor(runtime& rt) : rt_(rt), real_(nccl_real::get()) {}
+namespace {
+
+/// The NCCL tables' file where there is one, else the runtime's model.
+std::shared_ptr<const cost_model> nccl_model_for(runtime& rt) {
+    auto r = load_nccl_model(rt.cfg().model, process_environment());
+    if (r.model) return std::make_shared<const cost_model>(std::move(*r.model));
+    return std::shared_ptr<const cost_model>(std::shared_ptr<const cost_model>{}, &rt.model());
+}
+
+}  // namespace
+
+nccl_executor::nccl_executor(runtime& rt) : rt_(rt), real_(nccl_real::get()), model_(nccl_model_for(rt)) {}
 
 nccl_executor* runtime::nccl() noexcept {
     if (nccl_executor* e = nccl_.load(std::memory_order_acquire)) [[likely]]
@@ -244,7 +257,7 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
         return same;
     };
     const char* why = nullptr;
-    const std::uint64_t digest = nccl_digest(rt_.model());
+    const std::uint64_t digest = nccl_digest(*model_);
     if (!agree(digest * 4 + static_cast<std::uint64_t>(cfg.nccl))) {
         why = "the ranks' models hold different nccl.* tables (or SHUNT_NCCL differs)";
     } else if (cfg.nccl == nccl_choice::automatic && digest == 0) {
@@ -281,7 +294,7 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
         const bool agreed = agree(view) && ok && lv.per_node * lv.nodes == nranks;
         if (agreed && lv.per_node > 1 && lv.nodes > 1) {
             c.lv = lv;
-            c.shape = {nranks, lv.per_node};
+            c.shape = {nranks, lv.nodes};
             c.levels = comm_state::levels_state::ready;
             if (rank == 0 && log_enabled(log_level::debug, log_category::decide))
                 log_debug(log_category::decide, "NCCL communicator of %d ranks: %d nodes of %d ranks (%s placement)",
@@ -301,11 +314,11 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
 nccl_method nccl_executor::method_of(comm_state& c, nccl_op op, std::int64_t bytes) noexcept {
     std::atomic<std::uint8_t>& slot = c.decided[static_cast<std::size_t>(op) * 65 + size_class(bytes)];
     if (const std::uint8_t v = slot.load(std::memory_order_acquire); v != 0) return static_cast<nccl_method>(v - 1);
-    const nccl_decision d = decide_nccl(rt_.model(), rt_.cfg().nccl, op, bytes, c.shape);
+    const nccl_decision d = decide_nccl(*model_, rt_.cfg().nccl, op, bytes, c.shape);
     slot.store(static_cast<std::uint8_t>(static_cast<int>(d.method) + 1), std::memory_order_release);
     if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0)
         log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (library %.3g us, hierarchical %.3g us)",
-                  to_string(op).data(), static_cast<long long>(bytes), c.shape.signature().c_str(),
+                  to_string(op).data(), static_cast<long long>(bytes), c.shape.text().c_str(),
                   d.method == nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
                   d.forced ? " (forced by SHUNT_NCCL)" : "", d.library_s * 1e6, d.hierarchical_s * 1e6);
     return d.method;
@@ -389,6 +402,18 @@ ncclResult_t nccl_executor::all_reduce(const void* sendbuff, void* recvbuff, siz
                                        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) noexcept {
     tally(nccl_shim::all_reduce);
     std::shared_ptr<comm_state> c;
+    // Gradient compression first, where consented (compress_nccl.cpp): outside groups and graph
+    // capture, on blocking communicators of shunt's knowing; float sums only (checked there).
+    if (rt_.compression().wanted() && nccl_group_depth == 0 && datatype == ncclFloat32 && op == ncclSum) {
+        try {
+            c = state_of(comm);
+        } catch (...) {}
+        ncclResult_t r = ncclSuccess;
+        if (c != nullptr && c->blocking && !c->single_process && !capturing(stream) &&
+            nccl_compressed_all_reduce(rt_, real_, sendbuff, recvbuff, count, datatype, op, comm, stream, r))
+            return done(nccl_shim::all_reduce, r);
+        c = nullptr;
+    }
     const auto bytes = static_cast<std::int64_t>(count * nccl_type_size(datatype));
     if (const pass_reason why =
             eligible(nccl_shim::all_reduce, nccl_op::allreduce, comm, datatype, op, bytes, stream, c);
@@ -447,7 +472,8 @@ ncclResult_t nccl_executor::broadcast(const void* sendbuff, void* recvbuff, size
     std::shared_ptr<comm_state> c;
     const auto bytes = static_cast<std::int64_t>(count * nccl_type_size(datatype));
     pass_reason why = eligible(nccl_shim::broadcast, nccl_op::broadcast, comm, datatype, ncclSum, bytes, stream, c);
-    if (why == pass_reason::none && (root < 0 || root >= c->shape.ranks)) why = pass_reason::bad_argument;
+    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks)))
+        why = pass_reason::bad_argument;
     if (why != pass_reason::none) {
         pass(nccl_shim::broadcast, why);
         return real_.broadcast(sendbuff, recvbuff, count, datatype, root, comm, stream);
@@ -462,7 +488,8 @@ ncclResult_t nccl_executor::bcast(void* buff, size_t count, ncclDataType_t datat
     std::shared_ptr<comm_state> c;
     const auto bytes = static_cast<std::int64_t>(count * nccl_type_size(datatype));
     pass_reason why = eligible(nccl_shim::bcast, nccl_op::broadcast, comm, datatype, ncclSum, bytes, stream, c);
-    if (why == pass_reason::none && (root < 0 || root >= c->shape.ranks)) why = pass_reason::bad_argument;
+    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks)))
+        why = pass_reason::bad_argument;
     if (why != pass_reason::none) {
         pass(nccl_shim::bcast, why);
         return real_.bcast(buff, count, datatype, root, comm, stream);
@@ -477,7 +504,8 @@ ncclResult_t nccl_executor::reduce(const void* sendbuff, void* recvbuff, size_t 
     const std::size_t es = nccl_type_size(datatype);
     const auto bytes = static_cast<std::int64_t>(count * es);
     pass_reason why = eligible(nccl_shim::reduce, nccl_op::reduce, comm, datatype, op, bytes, stream, c);
-    if (why == pass_reason::none && (root < 0 || root >= c->shape.ranks)) why = pass_reason::bad_argument;
+    if (why == pass_reason::none && (root < 0 || root >= static_cast<int>(c->shape.ranks)))
+        why = pass_reason::bad_argument;
     void* tmp = nullptr;
     if (why == pass_reason::none && (tmp = scratch(*c, count * es, stream)) == nullptr) why = pass_reason::unsupported;
     if (why != pass_reason::none) {
@@ -579,6 +607,7 @@ ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
         }
     } catch (...) {}
     if (c != nullptr) release_levels(*c, nccl_shim::comm_destroy);
+    nccl_compression_forget(comm);
     return real_.comm_destroy(comm);
 }
 
@@ -593,6 +622,7 @@ ncclResult_t nccl_executor::comm_abort(ncclComm_t comm) noexcept {
         }
     } catch (...) {}
     if (c != nullptr) release_levels(*c, nccl_shim::comm_abort);
+    nccl_compression_forget(comm);
     return real_.comm_abort(comm);
 }
 

@@ -101,6 +101,9 @@ private:
 
     runtime& rt_;
     const nccl_real& real_;
+    /// The model NCCL decisions read: the NCCL tables' file (model/nccl_file.hpp: SHUNT_MODEL,
+    /// else this host's model-HOST-nccl.json), else the runtime's model.
+    std::shared_ptr<const cost_model> model_;
     mutable std::shared_mutex mutex_;  ///< guards comms_
     std::unordered_map<ncclComm_t, std::shared_ptr<comm_state>> comms_;
     std::array<std::atomic<std::uint64_t>, nccl_shim_count> calls_{}, by_shunt_{};

@@ -17,6 +17,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <map>
@@ -52,6 +53,23 @@ bool truncated(int rc) {
 /// True when a receive that returned rc may have delivered data: success or truncation.
 bool delivered(int rc) { return rc == MPI_SUCCESS || truncated(rc); }
 
+#if defined(MPICH_VERSION)
+/// True when the MPICH that runs (not the one built against) is 4.3 or later: its status of a
+/// truncated receive counts the bytes it copied (the whole receive buffer), or the message's size
+/// where it dropped the message. Earlier versions may leave an earlier message's count there.
+bool mpich_counts_truncation() {
+    static const bool counts = [] {
+        char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+        int n = 0, major = 0, minor = 0;
+        if (PMPI_Get_library_version(v, &n) != MPI_SUCCESS) return false;
+        const char* p = std::strstr(v, "MPICH Version:");
+        return p != nullptr && std::sscanf(p + std::strlen("MPICH Version:"), "%d.%d", &major, &minor) == 2 &&
+               (major > 4 || (major == 4 && minor >= 3));
+    }();
+    return counts;
+}
+#endif
+
 /// The packed bytes the library wrote into a receive block of `capacity` bytes, for a receive
 /// on `comm` (MPI_COMM_NULL when unknown) that ended with error code `rc` and status `st`:
 /// what MPI_Recv would have written into a typed buffer is their unpacking.
@@ -59,8 +77,15 @@ std::int64_t written_bytes(int rc, const MPI_Status& st, std::int64_t capacity, 
     if (rc == MPI_SUCCESS) return std::min(received_bytes(st), capacity);
     if (!truncated(rc)) return 0;
 #if defined(MPICH_VERSION)
-    // MPICH 4.0 (ch4) drops a truncated message from another process (nothing written, the
-    // status count unreliable) but copies the first bytes of one a process sent itself.
+    // MPICH 4.3 and 5.0 copy the first bytes of a truncated message, but drop one above the
+    // eager limit on an inter-communicator; the status tells which.
+    if (mpich_counts_truncation()) {
+        const std::int64_t n = received_bytes(st);
+        return n <= capacity ? n : 0;
+    }
+    // Earlier: MPICH 4.0 (ch4, as Debian 12 builds it) drops a truncated message from another
+    // process (nothing written, the status count unreliable) but copies the first bytes of one a
+    // process sent itself. (Other builds of 4.0 to 4.2 copy messages below the eager limit too.)
     // On an inter-communicator the source is a rank of the other group: never this process.
     int me = MPI_PROC_NULL, inter = 1;
     const bool self = comm != MPI_COMM_NULL && PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter &&
@@ -185,16 +210,6 @@ std::int64_t deliver(const p2p_executor::request& r, const MPI_Status& st, int e
     return n;
 }
 
-/// The library's blocking send of shim `s`'s mode.
-int send_call(shim s, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm) {
-    switch (s) {
-        case shim::ssend: return PMPI_Ssend(buf, count, type, dest, tag, comm);
-        case shim::rsend: return PMPI_Rsend(buf, count, type, dest, tag, comm);
-        case shim::bsend: return PMPI_Bsend(buf, count, type, dest, tag, comm);
-        default: return PMPI_Send(buf, count, type, dest, tag, comm);
-    }
-}
-
 /// The library's nonblocking send of shim `s`'s mode.
 int isend_call(shim s, const void* buf, int count, MPI_Datatype type, int dest, int tag, MPI_Comm comm,
                MPI_Request* r) {
@@ -204,6 +219,64 @@ int isend_call(shim s, const void* buf, int count, MPI_Datatype type, int dest, 
         case shim::ibsend: return PMPI_Ibsend(buf, count, type, dest, tag, comm, r);
         default: return PMPI_Isend(buf, count, type, dest, tag, comm, r);
     }
+}
+
+// The library's blocking calls. While shunt's collectives are in flight each is its nonblocking
+// form waited for polling, so that they move on while this rank waits (another rank may be
+// waiting for them before it sends what this call waits for).
+
+/// The library's blocking send of shim `s`'s mode (a buffered send returns at once anyway).
+int send_call(nbc_executor& x, shim s, const void* buf, int count, MPI_Datatype type, int dest, int tag,
+              MPI_Comm comm) {
+    if (x.in_flight() && s != shim::bsend) {
+        MPI_Request r = MPI_REQUEST_NULL;
+        const shim mode = s == shim::ssend ? shim::issend : s == shim::rsend ? shim::irsend : shim::isend;
+        const int rc = isend_call(mode, buf, count, type, dest, tag, comm, &r);
+        return rc != MPI_SUCCESS ? rc : x.wait(&r, MPI_STATUS_IGNORE);
+    }
+    switch (s) {
+        case shim::ssend: return PMPI_Ssend(buf, count, type, dest, tag, comm);
+        case shim::rsend: return PMPI_Rsend(buf, count, type, dest, tag, comm);
+        case shim::bsend: return PMPI_Bsend(buf, count, type, dest, tag, comm);
+        default: return PMPI_Send(buf, count, type, dest, tag, comm);
+    }
+}
+
+int recv_call(nbc_executor& x, void* buf, int count, MPI_Datatype type, int source, int tag, MPI_Comm comm,
+              MPI_Status* status) {
+    if (!x.in_flight()) return PMPI_Recv(buf, count, type, source, tag, comm, status);
+    MPI_Request r = MPI_REQUEST_NULL;
+    const int rc = PMPI_Irecv(buf, count, type, source, tag, comm, &r);
+    return rc != MPI_SUCCESS ? rc : x.wait(&r, status);
+}
+
+int sendrecv_call(nbc_executor& x, const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag,
+                  void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
+                  MPI_Status* status) {
+    if (!x.in_flight())
+        return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag,
+                             comm, status);
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int rc = PMPI_Irecv(recvbuf, recvcount, recvtype, source, recvtag, comm, &r[0]);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = PMPI_Isend(sendbuf, sendcount, sendtype, dest, sendtag, comm, &r[1]);
+    if (rc != MPI_SUCCESS) {
+        PMPI_Cancel(&r[0]);
+        PMPI_Wait(&r[0], MPI_STATUS_IGNORE);
+        return rc;
+    }
+    MPI_Status st[2];
+    rc = x.wait_all(2, r, st);
+    if (status != MPI_STATUS_IGNORE) *status = st[0];
+    // Waitall reports an entry's error in its status; MPI_Sendrecv returns it.
+    return rc == MPI_ERR_IN_STATUS ? (st[0].MPI_ERROR != MPI_SUCCESS ? st[0].MPI_ERROR : st[1].MPI_ERROR) : rc;
+}
+
+int mrecv_call(nbc_executor& x, void* buf, int count, MPI_Datatype type, MPI_Message* message, MPI_Status* status) {
+    if (!x.in_flight()) return PMPI_Mrecv(buf, count, type, message, status);
+    MPI_Request r = MPI_REQUEST_NULL;
+    const int rc = PMPI_Imrecv(buf, count, type, message, &r);
+    return rc != MPI_SUCCESS ? rc : x.wait(&r, status);
 }
 
 /// The library's persistent send of shim `s`'s mode.
@@ -310,12 +383,16 @@ int runtime::imrecv(void* buf, int count, MPI_Datatype datatype, MPI_Message* me
 
 int runtime::start(MPI_Request* request) noexcept {
     count(shim::start);
-    return p2p_.start(shim::start, 1, request);
+    const int rc = p2p_.start(shim::start, 1, request);
+    if (rc == MPI_SUCCESS) nbc_.start_persistent(shim::start, 1, request);
+    return rc;
 }
 
 int runtime::startall(int count, MPI_Request array_of_requests[]) noexcept {
     this->count(shim::startall);
-    return p2p_.start(shim::startall, count, array_of_requests);
+    const int rc = p2p_.start(shim::startall, count, array_of_requests);
+    if (rc == MPI_SUCCESS) nbc_.start_persistent(shim::startall, count, array_of_requests);
+    return rc;
 }
 
 int runtime::wait(MPI_Request* request, MPI_Status* status) noexcept {
@@ -362,11 +439,13 @@ int runtime::testsome(int incount, MPI_Request array_of_requests[], int* outcoun
 
 int runtime::request_free(MPI_Request* request) noexcept {
     count(shim::request_free);
+    if (request != nullptr && nbc_.owns(*request)) return nbc_.request_free(request);
     return p2p_.request_free(request);
 }
 
 int runtime::cancel(MPI_Request* request) noexcept {
     count(shim::cancel);
+    if (request != nullptr && nbc_.owns(*request)) return nbc_.cancel(request);  // refused, as the library's
     return PMPI_Cancel(request);  // a cancelled receive is not unpacked at its completion
 }
 
@@ -446,11 +525,25 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
     }
 }
 
+bool p2p_executor::passed(const call& c, bool keep_type, pass_reason early, plan& p) noexcept {
+    const pass_reason why = early != pass_reason::none ? early
+                            : host_run(c)              ? pass_reason::contiguous
+                                                       : plan_call(c, keep_type, p);
+    if (why == pass_reason::none) return false;
+    rt_.count_pass(c.d, why);
+    return true;
+}
+
 void p2p_executor::keep(shim s, MPI_Request handle, request&& r) noexcept {
     try {
         const std::lock_guard lock(mutex_);
         if (r.serial == 0) r.serial = next_serial_++;
-        requests_.insert_or_assign(handle, std::move(r));
+        // An entry already under that handle is done: the library reuses a handle only once its
+        // request is freed, and Open MPI 4.1 hands one shared handle (ompi_request_empty) to
+        // every send that completed at once; replacing the entry must release its block.
+        auto [it, fresh] = requests_.try_emplace(handle);
+        if (!fresh) gpu::pool_release(it->second.block);
+        it->second = std::move(r);
         update_live();
     } catch (...) {
         rt_.internal_failure(s, "cannot record the request");  // the block is never reused: no harm but a leak
@@ -461,17 +554,9 @@ void p2p_executor::keep(shim s, MPI_Request handle, request&& r) noexcept {
 
 int p2p_executor::send(const call& c, int tag, MPI_Comm comm) noexcept {
     if (live()) progress_detached();
-    const auto library = [&] { return send_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm); };
-    if (host_run(c)) {
-        rt_.count_pass(direction::send, pass_reason::contiguous);
-        return library();
-    }
+    const auto library = [&] { return send_call(rt_.nbc(), c.s, c.buf, c.count, c.type, c.peer, tag, comm); };
     plan p;
-    const pass_reason why = plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::send, why);
-        return library();
-    }
+    if (passed(c, false, pass_reason::none, p)) return library();
     gpu::pool_block block;
     try {
         block = acquire(p);
@@ -483,7 +568,7 @@ int p2p_executor::send(const call& c, int tag, MPI_Comm comm) noexcept {
         return library();
     }
     // Buffered mode copies into the attached buffer before returning: the block is free after.
-    const int rc = send_call(c.s, block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm);
+    const int rc = send_call(rt_.nbc(), c.s, block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm);
     gpu::pool_release(block);
     rt_.count_done(direction::send, p.bytes);
     rt_.count_handled(c.s);
@@ -493,16 +578,8 @@ int p2p_executor::send(const call& c, int tag, MPI_Comm comm) noexcept {
 int p2p_executor::isend(const call& c, int tag, MPI_Comm comm, MPI_Request* req) noexcept {
     if (live()) progress_detached();
     const auto library = [&] { return isend_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req); };
-    if (req != nullptr && host_run(c)) {
-        rt_.count_pass(direction::send, pass_reason::contiguous);
-        return library();
-    }
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::send, why);
-        return library();
-    }
+    if (passed(c, false, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
     request r;
     try {
         r.block = acquire(p);
@@ -530,34 +607,30 @@ int p2p_executor::isend(const call& c, int tag, MPI_Comm comm, MPI_Request* req)
 }
 
 int p2p_executor::send_init(const call& c, int tag, MPI_Comm comm, MPI_Request* req) noexcept {
+    const auto library = [&] { return send_init_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req); };
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, true, p);
-    if (why == pass_reason::none) {
-        request r;
-        try {
-            r.block = acquire(p);
-        } catch (const std::exception& e) {
-            rt_.internal_failure(c.s, e.what());
-            rt_.count_pass(direction::send, pass_reason::internal);
-            return send_init_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req);
-        }
-        r.plan = std::move(p);
-        r.persistent = true;
-        r.origin = c.s;
-        r.buf = const_cast<void*>(c.buf);
-        r.comm = comm;
-        const int rc =
-            send_init_call(c.s, r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
-        if (rc != MPI_SUCCESS) {
-            gpu::pool_release(r.block);
-            return rc;
-        }
-        rt_.count_handled(c.s);
-        keep(c.s, *req, std::move(r));
+    if (passed(c, true, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
+    request r;
+    try {
+        r.block = acquire(p);
+    } catch (const std::exception& e) {
+        rt_.internal_failure(c.s, e.what());
+        rt_.count_pass(direction::send, pass_reason::internal);
+        return library();
+    }
+    r.plan = std::move(p);
+    r.persistent = true;
+    r.origin = c.s;
+    r.buf = const_cast<void*>(c.buf);
+    r.comm = comm;
+    const int rc = send_init_call(c.s, r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        gpu::pool_release(r.block);
         return rc;
     }
-    rt_.count_pass(direction::send, why);
-    return send_init_call(c.s, c.buf, c.count, c.type, c.peer, tag, comm, req);
+    rt_.count_handled(c.s);
+    keep(c.s, *req, std::move(r));
+    return rc;
 }
 
 // ---- receives ----
@@ -565,17 +638,9 @@ int p2p_executor::send_init(const call& c, int tag, MPI_Comm comm, MPI_Request* 
 int p2p_executor::recv(const call& c, int tag, MPI_Comm comm, MPI_Status* status) noexcept {
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
-    const auto library = [&] { return PMPI_Recv(buf, c.count, c.type, c.peer, tag, comm, status); };
-    if (host_run(c)) {
-        rt_.count_pass(direction::recv, pass_reason::contiguous);
-        return library();
-    }
+    const auto library = [&] { return recv_call(rt_.nbc(), buf, c.count, c.type, c.peer, tag, comm, status); };
     plan p;
-    const pass_reason why = plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
-        return library();
-    }
+    if (passed(c, false, pass_reason::none, p)) return library();
     gpu::pool_block block;
     try {
         block = acquire(p);
@@ -586,7 +651,7 @@ int p2p_executor::recv(const call& c, int tag, MPI_Comm comm, MPI_Status* status
     }
     MPI_Status local;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Recv(block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm, st);
+    const int rc = recv_call(rt_.nbc(), block.ptr, static_cast<int>(p.bytes), MPI_PACKED, c.peer, tag, comm, st);
     if (delivered(rc)) {
         try {
             const std::int64_t n = written_bytes(rc, *st, p.bytes, comm);
@@ -605,16 +670,8 @@ int p2p_executor::irecv(const call& c, int tag, MPI_Comm comm, MPI_Request* req)
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
     const auto library = [&] { return PMPI_Irecv(buf, c.count, c.type, c.peer, tag, comm, req); };
-    if (req != nullptr && host_run(c)) {
-        rt_.count_pass(direction::recv, pass_reason::contiguous);
-        return library();
-    }
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, true, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
-        return library();
-    }
+    if (passed(c, true, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
     request r;
     try {
         r.block = acquire(p);
@@ -643,34 +700,31 @@ int p2p_executor::irecv(const call& c, int tag, MPI_Comm comm, MPI_Request* req)
 
 int p2p_executor::recv_init(const call& c, int tag, MPI_Comm comm, MPI_Request* req) noexcept {
     void* const buf = const_cast<void*>(c.buf);
+    const auto library = [&] { return PMPI_Recv_init(buf, c.count, c.type, c.peer, tag, comm, req); };
     plan p;
-    const pass_reason why = req == nullptr ? pass_reason::bad_argument : plan_call(c, true, p);
-    if (why == pass_reason::none) {
-        request r;
-        try {
-            r.block = acquire(p);
-        } catch (const std::exception& e) {
-            rt_.internal_failure(c.s, e.what());
-            rt_.count_pass(direction::recv, pass_reason::internal);
-            return PMPI_Recv_init(buf, c.count, c.type, c.peer, tag, comm, req);
-        }
-        r.plan = std::move(p);
-        r.receive = true;
-        r.persistent = true;
-        r.origin = c.s;
-        r.buf = buf;
-        r.comm = comm;
-        const int rc = PMPI_Recv_init(r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
-        if (rc != MPI_SUCCESS) {
-            gpu::pool_release(r.block);
-            return rc;
-        }
-        rt_.count_handled(c.s);
-        keep(c.s, *req, std::move(r));
+    if (passed(c, true, req == nullptr ? pass_reason::bad_argument : pass_reason::none, p)) return library();
+    request r;
+    try {
+        r.block = acquire(p);
+    } catch (const std::exception& e) {
+        rt_.internal_failure(c.s, e.what());
+        rt_.count_pass(direction::recv, pass_reason::internal);
+        return library();
+    }
+    r.plan = std::move(p);
+    r.receive = true;
+    r.persistent = true;
+    r.origin = c.s;
+    r.buf = buf;
+    r.comm = comm;
+    const int rc = PMPI_Recv_init(r.block.ptr, static_cast<int>(r.plan.bytes), MPI_PACKED, c.peer, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        gpu::pool_release(r.block);
         return rc;
     }
-    rt_.count_pass(direction::recv, why);
-    return PMPI_Recv_init(buf, c.count, c.type, c.peer, tag, comm, req);
+    rt_.count_handled(c.s);
+    keep(c.s, *req, std::move(r));
+    return rc;
 }
 
 int p2p_executor::sendrecv(const call& sc, int sendtag, const call& rc_, int recvtag, MPI_Comm comm,
@@ -678,8 +732,8 @@ int p2p_executor::sendrecv(const call& sc, int sendtag, const call& rc_, int rec
     if (live()) progress_detached();
     void* const recvbuf = const_cast<void*>(rc_.buf);
     const auto library = [&] {
-        return PMPI_Sendrecv(sc.buf, sc.count, sc.type, sc.peer, sendtag, recvbuf, rc_.count, rc_.type, rc_.peer,
-                             recvtag, comm, status);
+        return sendrecv_call(rt_.nbc(), sc.buf, sc.count, sc.type, sc.peer, sendtag, recvbuf, rc_.count, rc_.type,
+                             rc_.peer, recvtag, comm, status);
     };
     plan sp, rp;
     // The send plan's type stays valid through the second lookup: the type cache holds it, and
@@ -705,10 +759,10 @@ int p2p_executor::sendrecv(const call& sc, int sendtag, const call& rc_, int rec
     MPI_Status local;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
     const bool ss = swhy == pass_reason::none, rs = rwhy == pass_reason::none;
-    const int rc =
-        PMPI_Sendrecv(ss ? sblock.ptr : sc.buf, ss ? static_cast<int>(sp.bytes) : sc.count, ss ? MPI_PACKED : sc.type,
-                      sc.peer, sendtag, rs ? rblock.ptr : recvbuf, rs ? static_cast<int>(rp.bytes) : rc_.count,
-                      rs ? MPI_PACKED : rc_.type, rc_.peer, recvtag, comm, st);
+    const int rc = sendrecv_call(rt_.nbc(), ss ? sblock.ptr : sc.buf, ss ? static_cast<int>(sp.bytes) : sc.count,
+                                 ss ? MPI_PACKED : sc.type, sc.peer, sendtag, rs ? rblock.ptr : recvbuf,
+                                 rs ? static_cast<int>(rp.bytes) : rc_.count, rs ? MPI_PACKED : rc_.type, rc_.peer,
+                                 recvtag, comm, st);
     if (ss) rt_.count_done(direction::send, sp.bytes);
     if (rs && delivered(rc)) {
         try {
@@ -772,24 +826,23 @@ int p2p_executor::mrecv(const call& c, MPI_Message* message, MPI_Status* status)
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
     plan p;
-    const pass_reason why = message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
-                                ? pass_reason::empty
-                                : plan_call(c, false, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
-        return PMPI_Mrecv(buf, c.count, c.type, message, status);
-    }
+    if (passed(c, false,
+               message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
+                   ? pass_reason::empty
+                   : pass_reason::none,
+               p))
+        return mrecv_call(rt_.nbc(), buf, c.count, c.type, message, status);
     gpu::pool_block block;
     try {
         block = acquire(p);
     } catch (const std::exception& e) {
         rt_.internal_failure(c.s, e.what());
         rt_.count_pass(direction::recv, pass_reason::internal);
-        return PMPI_Mrecv(buf, c.count, c.type, message, status);
+        return mrecv_call(rt_.nbc(), buf, c.count, c.type, message, status);
     }
     MPI_Status local;
     MPI_Status* st = status == MPI_STATUS_IGNORE ? &local : status;
-    const int rc = PMPI_Mrecv(block.ptr, static_cast<int>(p.bytes), MPI_PACKED, message, st);
+    const int rc = mrecv_call(rt_.nbc(), block.ptr, static_cast<int>(p.bytes), MPI_PACKED, message, st);
     if (delivered(rc)) {
         try {
             const std::int64_t n = written_bytes(rc, *st, p.bytes, MPI_COMM_NULL);
@@ -808,14 +861,12 @@ int p2p_executor::imrecv(const call& c, MPI_Message* message, MPI_Request* req) 
     if (live()) progress_detached();
     void* const buf = const_cast<void*>(c.buf);
     plan p;
-    const pass_reason why =
-        req == nullptr || message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
-            ? pass_reason::empty
-            : plan_call(c, true, p);
-    if (why != pass_reason::none) {
-        rt_.count_pass(direction::recv, why);
+    if (passed(c, true,
+               req == nullptr || message == nullptr || *message == MPI_MESSAGE_NO_PROC || *message == MPI_MESSAGE_NULL
+                   ? pass_reason::empty
+                   : pass_reason::none,
+               p))
         return PMPI_Imrecv(buf, c.count, c.type, message, req);
-    }
     request r;
     try {
         r.block = acquire(p);
@@ -983,7 +1034,10 @@ void p2p_executor::drain() noexcept {
         detached_n_.store(0, std::memory_order_release);
         update_live();
     }
-    for (auto& [h, r] : mine) {
+    for (auto& entry : mine) {
+        // Named, not a structured binding: clang before 16 cannot capture those in a lambda.
+        MPI_Request& h = entry.first;
+        request& r = entry.second;
         MPI_Status st;
         int flag = 0;
         // A freed receive that never matched would hold MPI_Finalize forever: cancel it (a
@@ -1002,6 +1056,7 @@ void p2p_executor::drain() noexcept {
 template <class Library, class Settle>
 int p2p_executor::complete(shim s, int n, const MPI_Request* requests, MPI_Status* given, bool array, Library library,
                            Settle settle) noexcept {
+    rt_.nbc().progress();  // shunt's collectives in flight move on every completion call
     if (!live()) return library(given);
     const bool waits = s == shim::wait || s == shim::waitall || s == shim::waitany || s == shim::waitsome;
     progress_detached();
@@ -1045,7 +1100,11 @@ bool p2p_executor::settle_some(shim s, std::vector<claimed>& mine, int rc, const
 
 int p2p_executor::wait(MPI_Request* request, MPI_Status* status) noexcept {
     return complete(
-        shim::wait, 1, request, status, false, [&](MPI_Status* st) { return PMPI_Wait(request, st); },
+        shim::wait, 1, request, status, false,
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            return x.in_flight() ? x.wait(request, st) : PMPI_Wait(request, st);
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             // MPI_Wait completes the request, with an error of its own or not.
             finish(shim::wait, mine[0].r, *st, rc, mine[0].handle);
@@ -1068,7 +1127,11 @@ int p2p_executor::test(MPI_Request* request, int* flag, MPI_Status* status) noex
 
 int p2p_executor::waitall(int n, MPI_Request requests[], MPI_Status statuses[]) noexcept {
     return complete(
-        shim::waitall, n, requests, statuses, true, [&](MPI_Status* st) { return PMPI_Waitall(n, requests, st); },
+        shim::waitall, n, requests, statuses, true,
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            return x.in_flight() ? x.wait_all(n, requests, st) : PMPI_Waitall(n, requests, st);
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             for (auto& c : mine) {
                 const MPI_Status& e = st[c.index];
@@ -1102,7 +1165,12 @@ int p2p_executor::testall(int n, MPI_Request requests[], int* flag, MPI_Status s
 
 int p2p_executor::waitany(int n, MPI_Request requests[], int* index, MPI_Status* status) noexcept {
     return complete(
-        shim::waitany, n, requests, status, false, [&](MPI_Status* st) { return PMPI_Waitany(n, requests, index, st); },
+        shim::waitany, n, requests, status, false,
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            if (!x.in_flight()) return PMPI_Waitany(n, requests, index, st);
+            return x.poll([&](int* done) { return PMPI_Testany(n, requests, index, done, st); });
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             bool any = false;
             for (auto& c : mine) {
@@ -1139,7 +1207,15 @@ int p2p_executor::waitsome(int n, MPI_Request requests[], int* outcount, int ind
                            MPI_Status statuses[]) noexcept {
     return complete(
         shim::waitsome, n, requests, statuses, true,
-        [&](MPI_Status* st) { return PMPI_Waitsome(n, requests, outcount, indices, st); },
+        [&](MPI_Status* st) {
+            nbc_executor& x = rt_.nbc();
+            if (!x.in_flight()) return PMPI_Waitsome(n, requests, outcount, indices, st);
+            return x.poll([&](int* done) {
+                const int rc = PMPI_Testsome(n, requests, outcount, indices, st);
+                *done = outcount == nullptr || *outcount != 0;  // some completed, or none active (MPI_UNDEFINED)
+                return rc;
+            });
+        },
         [&](std::vector<claimed>& mine, int rc, MPI_Status* st) {
             return settle_some(shim::waitsome, mine, rc, st, outcount, indices);
         });

@@ -120,6 +120,10 @@ private:
     bool host_run(const call& c) noexcept;
     /// Decides whether `c` is shunt's; fills `p`. `keep_type`: the plan holds the type (requests).
     pass_reason plan_call(const call& c, bool keep_type, plan& p) noexcept;
+    /// The checks every call starts with: `early` (a reason found by the caller), a contiguous host
+    /// run, then plan_call. True where the library takes the call (the reason counted); false
+    /// with `p` filled where shunt's path does.
+    bool passed(const call& c, bool keep_type, pass_reason early, plan& p) noexcept;
     /// Records a request of shunt's under `handle` (a serial is drawn unless `r` has one).
     void keep(shim s, MPI_Request handle, request&& r) noexcept;
     /// Completes what shunt owes for a finished request (error code `err`): unpack what the

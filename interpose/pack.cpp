@@ -197,6 +197,17 @@ int pack_executor::transfer(direction d, MPI_Datatype type, int count, std::int6
     const char* name = shim_names[static_cast<std::size_t>(s)];
     if (rt_.cfg().pack == pack_choice::library) return pass(pass_reason::forced);
     if (!always_valid(comm)) {
+        // The null communicator and types shunt does not know go to the library whole, which
+        // raises any error through the application's handler once: MPICH 4.3 and later return
+        // MPI_SUCCESS from a call whose error went to a handler of the application's that
+        // returned, so the probe below cannot tell them and would raise the error twice.
+        if (comm == MPI_COMM_NULL) return pass(pass_reason::rejected);
+        const type_info* known = nullptr;
+        try {
+            known = rt_.memo().find(type);
+        } catch (...) {
+        }
+        if (known == nullptr) return pass(pass_reason::unknown_type);
         // Zero elements: the library checks the communicator and the datatype exactly as for the
         // real call (the count-dependent checks are done by the caller and below) and moves nothing.
         const int rc = probe();
@@ -365,13 +376,15 @@ bool pack_executor::device_pack(direction d, const void* in, void* out, int coun
     try {
         if (rt_.cfg().pack == pack_choice::library && rt_.devices().library_takes_device())
             return rc = pass(pass_reason::forced), true;
+        // The null communicator and types shunt does not know go to the library whole (see transfer).
+        if (comm == MPI_COMM_NULL) return rc = pass(pass_reason::rejected), true;
+        const type_info* t = rt_.memo().find(type);
+        if (t == nullptr) return rc = pass(pass_reason::unknown_type), true;
         // Zero elements: the library judges the communicator and the datatype, touching no memory.
         int probe = *position;
         const int checked = packing ? PMPI_Pack(in, 0, type, out, size, &probe, comm)
                                     : PMPI_Unpack(in, size, &probe, out, 0, type, comm);
         if (checked != MPI_SUCCESS) return rt_.count_pass(d, pass_reason::rejected), rc = checked, true;
-        const type_info* t = rt_.memo().find(type);
-        if (t == nullptr) return rc = pass(pass_reason::unknown_type), true;
         std::int64_t bytes = 0;
         if (__builtin_mul_overflow(static_cast<std::int64_t>(count), t->size, &bytes))
             return rc = pass(pass_reason::too_large), true;

@@ -250,9 +250,10 @@ void runtime::report() noexcept {
     if (cfg_.report == report_mode::off) return;
     try {
         const flat mine = stats_.totals();
+        const std::string compression = compress_.report_text();
         if (cfg_.report == report_mode::rank) {
-            log_write(log_level::info, log_category::report, "%s; %s", rank_line(mine).c_str(),
-                      decisions_text(true).c_str());
+            log_write(log_level::info, log_category::report, "%s; %s%s%s", rank_line(mine).c_str(),
+                      decisions_text(true).c_str(), compression.empty() ? "" : "; ", compression.c_str());
             return;
         }
         // A private communicator keeps the reduction apart from any traffic of the application.
@@ -269,6 +270,8 @@ void runtime::report() noexcept {
         if (rank == 0) {
             log_write(log_level::info, log_category::report, "%s", summary_table(total, size).c_str());
             log_write(log_level::info, log_category::report, "rank 0 %s", decisions_text(false).c_str());
+            if (!compression.empty())
+                log_write(log_level::info, log_category::report, "rank 0 %s", compression.c_str());
         }
     } catch (const std::exception& e) {
         internal_failure(shim::finalize, e.what());

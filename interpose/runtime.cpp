@@ -178,6 +178,7 @@ int runtime::init_thread(int* argc, char*** argv, int required, int* provided) n
 int runtime::finalize() noexcept {
     count(shim::finalize);
     if (running()) {
+        nbc_.drain();  // every rank finishes shunt's schedules in flight before the library goes
         p2p_.drain();  // requests freed while active complete before the pools go
         report();
     }

@@ -10,10 +10,12 @@
 #include <shunt/plan/planner.hpp>
 
 #include "collectives.hpp"
+#include "compress.hpp"
 #include "counters.hpp"
 #include "device.hpp"
 #include "fused.hpp"
 #include "mpi_calls.hpp"
+#include "nbc.hpp"
 #include "p2p.hpp"
 #include "pack.hpp"
 #include "type_memo.hpp"
@@ -49,8 +51,8 @@ private:
 /// What the shims delegate to, built lazily once: the state and lifecycle every executor shares
 /// (configuration, cost model, type cache, planner, counters, MPI's running state, device
 /// support, the report's registries), and one executor per family of calls: MPI_Pack/MPI_Unpack
-/// (pack.cpp), point-to-point (p2p.cpp), collectives (collectives.cpp), the fused alltoallw
-/// (fused.cpp). Every member is noexcept: shunt's failures are logged once and the call goes to
+/// (pack.cpp), point-to-point (p2p.cpp), collectives (collectives.cpp), their nonblocking and
+/// persistent schedules in flight (nbc.cpp), the fused alltoallw (fused.cpp). Every member is noexcept: shunt's failures are logged once and the call goes to
 /// the library; the library's return code is returned unchanged. Thread-safe under
 /// MPI_THREAD_MULTIPLE. Never destroyed: shims may run during static destruction, and requests
 /// may complete during exit.
@@ -69,6 +71,7 @@ public:
     // that hand the call to its executor (defined in the executor's file).
 #define SHUNT_ENTRY_(name, Name, params, args) int name params noexcept;
     SHUNT_MPI_CALLS(SHUNT_ENTRY_)
+    SHUNT_MPI_LARGE_CALLS(SHUNT_ENTRY_)  // large_count.cpp
 #undef SHUNT_ENTRY_
 
     // ---- for the executors ----
@@ -81,9 +84,11 @@ public:
     const planner& pack_planner() const noexcept { return planner_; }
     device_support& devices() noexcept { return devices_; }
     coll_executor& collectives() noexcept { return colls_; }
+    compress_executor& compression() noexcept { return compress_; }
     /// The NCCL executor, made on the first NCCL call (nccl.cpp, where NCCL's header is found);
     /// nullptr without memory.
     nccl_executor* nccl() noexcept;
+    nbc_executor& nbc() noexcept { return nbc_; }
 
     /// True between MPI_Init (however MPI was started) and MPI_Finalize.
     bool running() noexcept {
@@ -166,6 +171,8 @@ private:
     pack_executor pack_{*this};
     p2p_executor p2p_{*this};
     coll_executor colls_{*this};
+    nbc_executor nbc_{*this};
+    compress_executor compress_{*this};
     fused_executor fused_{*this};
     std::atomic<nccl_executor*> nccl_{nullptr};  ///< never deleted, as the runtime
 };

@@ -1,4 +1,4 @@
-// interpose/shims.cpp: the exported MPI_* shims, one per entry of mpi_calls.hpp: re-entry guard, SHUNT_DISABLE, then the runtime; no logic here.
+// interpose/shims.cpp: the exported MPI_* shims, one per entry of mpi_calls.hpp (large-count forms included): re-entry guard, SHUNT_DISABLE, then the runtime; no logic here.
 //
 // The shims cannot carry `noexcept`: mpi.h declares these functions without an exception
 // specification and GCC 12 rejects a redeclaration that differs. They are noexcept in effect:
@@ -28,6 +28,7 @@ extern "C" {
         return rt != nullptr ? rt->name args : PMPI_##Name args; \
     }
 SHUNT_MPI_CALLS(SHUNT_SHIM_)
+SHUNT_MPI_LARGE_CALLS(SHUNT_SHIM_)
 #undef SHUNT_SHIM_
 
 }  // extern "C"

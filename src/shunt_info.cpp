@@ -4,8 +4,12 @@
 #include <shunt/gpu/memory.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
+#include <shunt/model/nccl_file.hpp>
 #include <shunt/pack/host.hpp>
 #include <shunt/plan/collective.hpp>
+#include <shunt/plan/nccl_tuner.hpp>
+#include <shunt/plan/nccl.hpp>
+#include <shunt/plan/compress.hpp>
 #include <shunt/plan/planner.hpp>
 #include <shunt/topology/gpu.hpp>
 #include <shunt/topology/locality.hpp>
@@ -20,6 +24,8 @@
 #include <memory>
 
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -46,6 +52,19 @@ void usage(std::FILE* to) {
         "                             (allreduce, reduce_scatter_block, reduce_scatter, allgather, allgatherv,\n"
         "                             bcast, reduce, alltoall, alltoallv), from the model alone; run it under\n"
         "                             mpirun\n"
+        "  --explain nccl-tuner COLLECTIVE BYTES [--ranks N] [--nodes M]\n"
+        "                             what the NCCL tuner plugin (libshunt-nccl-tuner.so) writes into NCCL's cost\n"
+        "                             table for that call (broadcast, reduce, allgather, reduce_scatter, allreduce;\n"
+        "                             BYTES as NCCL counts them) on N ranks over M nodes (default: the model's one\n"
+        "                             shape for it), from the NCCL tables the plugin would load\n"
+        "  --explain nccl-OP BYTES [RANKS PER_NODE]\n"
+        "                             shunt's choice for an NCCL collective (allreduce, reduce_scatter, allgather,\n"
+        "                             broadcast, reduce) of BYTES on RANKS ranks in nodes of PER_NODE (default 8 4)\n"
+        "  --explain compress BYTES RANKS PER_NODE [COMPRESSORS]\n"
+        "                             the compression planner's options for a float MPI_Allreduce of BYTES on\n"
+        "                             RANKS ranks in nodes of PER_NODE, each with its predicted compression,\n"
+        "                             exchange and decompression times, and the size threshold; COMPRESSORS as\n"
+        "                             SHUNT_COMPRESS takes them (default: SHUNT_COMPRESS, else auto)\n"
         "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
         "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
         "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
@@ -253,7 +272,157 @@ int explain_collective(int argc, char** argv, shunt::coll_op op, std::int64_t by
     });
 }
 
+/// --explain nccl-tuner COLL BYTES [--ranks N] [--nodes M]: the measured cells the plugin would
+/// compare for such a call, from the NCCL tables it would load (no NCCL needed).
+int explain_nccl_tuner(int argc, char** argv) {
+    const auto coll = argc >= 5 ? shunt::parse_nccl_coll(argv[3]) : std::nullopt;
+    std::int64_t bytes = 0, ranks = 0, nodes = 0;
+    bool ok = coll && parse_positive(argv[4], bytes);
+    for (int i = 5; ok && i < argc; i += 2) {
+        const std::string_view o = argv[i];
+        ok = i + 1 < argc && ((o == "--ranks" && parse_positive(argv[i + 1], ranks)) ||
+                              (o == "--nodes" && parse_positive(argv[i + 1], nodes)));
+    }
+    if (!ok) {
+        std::fprintf(stderr,
+                     "shunt-info: --explain nccl-tuner takes COLLECTIVE (broadcast, reduce, allgather, reduce_scatter, "
+                     "allreduce), BYTES (a positive integer), then --ranks N and --nodes M\n");
+        return 2;
+    }
+    const std::string path = shunt::nccl_model_path(shunt::config().model, shunt::process_environment());
+    const auto r = shunt::load_nccl_model(shunt::config().model, shunt::process_environment());
+    if (!r.model) {
+        std::printf("no NCCL tables (%s): the plugin leaves NCCL's choices alone\n",
+                    r.missing && shunt::config().model.empty() ? ("no file at " + path).c_str() : r.problem.c_str());
+        return 0;
+    }
+    const auto shape = shunt::nccl_shape_for(*r.model, *coll, ranks, nodes);
+    if (!shape) {
+        std::string list;
+        for (const auto& s : shunt::nccl_shapes_in(*r.model, *coll)) list += " " + s.text();
+        std::fprintf(stderr, "shunt-info: name the shape with --ranks and --nodes; %s has %s tables for:%s\n",
+                     path.c_str(), argv[3], list.empty() ? " none" : list.c_str());
+        return 2;
+    }
+    const std::string name(shunt::to_string(*coll));
+    std::printf(
+        "NCCL tuner plugin: %s of %lld bytes on %lld ranks over %lld nodes (tables nccl.%s.*.%s, %s):\n%s",
+        name.c_str(), static_cast<long long>(bytes), static_cast<long long>(shape->ranks),
+        static_cast<long long>(shape->nodes), name.c_str(), shape->text().c_str(), path.c_str(),
+        shunt::nccl_tuner_explain(shunt::nccl_tuner(*r.model, *shape), *coll, static_cast<std::size_t>(bytes)).c_str());
+    if (shunt::config().disable) std::printf("  SHUNT_DISABLE=1: the plugin changes nothing\n");
+    shunt::log_config_warnings();
+    return 0;
+}
+
+/// --explain nccl-OP BYTES [RANKS PER_NODE]: shunt's choice for an NCCL collective on a
+/// communicator of RANKS ranks in nodes of PER_NODE (default 8 and 4).
+int explain_nccl(int argc, char** argv) {
+    const std::string_view name = std::string_view(argv[2]).substr(5);
+    std::size_t op = 0;
+    while (op < shunt::nccl_op_names.size() && shunt::nccl_op_names[op] != name) ++op;
+    std::int64_t bytes = 0, ranks = 8, per_node = 4;
+    if (op == shunt::nccl_op_names.size() || (argc != 4 && argc != 6) || !parse_positive(argv[3], bytes) ||
+        (argc == 6 && (!parse_positive(argv[4], ranks) || !parse_positive(argv[5], per_node) ||
+                       ranks % per_node != 0 || ranks > INT_MAX))) {
+        std::fprintf(stderr,
+                     "shunt-info: --explain takes nccl-OP BYTES [RANKS PER_NODE], OP one of allreduce, "
+                     "reduce_scatter, allgather, broadcast, reduce, PER_NODE dividing RANKS\n");
+        return 2;
+    }
+    // The model the NCCL executor reads: the NCCL tables' file where there is one, else shunt's model.
+    std::string where;
+    std::shared_ptr<const shunt::cost_model> model;
+    if (auto r = shunt::load_nccl_model(shunt::config().model, shunt::process_environment()); r.model) {
+        model = std::make_shared<const shunt::cost_model>(std::move(*r.model));
+        where = shunt::nccl_model_path(shunt::config().model, shunt::process_environment());
+    } else {
+        model = effective_model(where);
+    }
+    const shunt::nccl_shape shape{ranks, ranks / per_node};
+    const auto o = static_cast<shunt::nccl_op>(op);
+    const shunt::nccl_choice choice = shunt::config().nccl;
+    const shunt::nccl_decision d = shunt::decide_nccl(*model, choice, o, bytes, shape);
+    std::printf("nccl %s of %lld bytes on %lld ranks in nodes of %lld (%s):\n", std::string(name).c_str(),
+                static_cast<long long>(bytes), static_cast<long long>(ranks), static_cast<long long>(per_node),
+                where.c_str());
+    for (const shunt::nccl_method m : {shunt::nccl_method::library, shunt::nccl_method::hierarchical}) {
+        const std::string table = shunt::table_names::nccl(o, m, shape);
+        const double t = m == shunt::nccl_method::library ? d.library_s : d.hierarchical_s;
+        if (std::isnan(t))
+            std::printf("  %-13s no table %s\n", std::string(shunt::to_string(m)).c_str(), table.c_str());
+        else
+            std::printf("  %-13s predicted %12.3f us (measured table %s)\n", std::string(shunt::to_string(m)).c_str(),
+                        t * 1e6, table.c_str());
+    }
+    std::printf("  -> %s%s\n", d.method == shunt::nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
+                d.forced ? " (forced by SHUNT_NCCL)"
+                : d.method == shunt::nccl_method::hierarchical
+                    ? ""
+                    : bytes < shunt::nccl_min_bytes
+                        ? " (below the size shunt's schedules are considered from)"
+                        : std::isnan(d.library_s) || std::isnan(d.hierarchical_s)
+                            ? " (without measured tables of both, NCCL keeps every call)"
+                            : " (shunt's schedule is not measured faster by the margin)");
+    return 0;
+}
+
+/// --explain compress BYTES RANKS PER_NODE [COMPRESSORS]: the compression planner's options.
+int explain_compress(int argc, char** argv) {
+    std::int64_t bytes = 0, ranks = 0, per_node = 0;
+    if (argc < 6 || argc > 7 || !parse_positive(argv[3], bytes) || !parse_positive(argv[4], ranks) ||
+        !parse_positive(argv[5], per_node) || ranks > 1 << 20 || per_node > ranks) {
+        std::fprintf(stderr,
+                     "shunt-info: --explain compress takes BYTES RANKS PER_NODE [COMPRESSORS] (positive integers, "
+                     "PER_NODE <= RANKS)\n");
+        return 2;
+    }
+    shunt::compress_consent consent = shunt::config().compress;
+    if (argc == 7 && !shunt::detail::compress_kind::parse(argv[6], consent)) {
+        std::fprintf(stderr, "shunt-info: COMPRESSORS takes %s\n", shunt::detail::compress_kind::accepted().c_str());
+        return 2;
+    }
+    if (argc == 6 && !consent.on) consent = {true, shunt::compress_auto_methods};
+    std::string where;
+    auto model = effective_model(where);
+    auto shape = shunt::compress_shape::nodes_of(static_cast<int>(ranks), static_cast<int>(per_node));
+    shape.exact_schedules = shunt::config().coll != shunt::coll_choice::library;
+    const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
+    const auto costs = shunt::predict_options(*model, shape, shunt::compress_op::allreduce, count, 4, consent);
+    std::printf("MPI_Allreduce of %lld floats on %lld ranks in nodes of %lld (%s), compressors %s:\n",
+                static_cast<long long>(count), static_cast<long long>(ranks), static_cast<long long>(per_node),
+                where.c_str(), shunt::detail::compress_kind::format(consent).c_str());
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < costs.size(); ++i)
+        if (costs[i].total() < costs[best].total()) best = i;
+    for (std::size_t i = 0; i < costs.size(); ++i)
+        std::printf("  %-42s %10.3f ms (compress %.3f, exchange %.3f, decompress %.3f)%s\n",
+                    shunt::to_string(costs[i].option).c_str(), costs[i].total() * 1e3, costs[i].encode * 1e3,
+                    costs[i].comm * 1e3, costs[i].decode * 1e3, i == best ? "  <- chosen" : "");
+    if (costs.size() == 1)
+        std::printf(
+            "  (no compressed option: %s)\n",
+            shape.coll.ranks <= 1 ? "one rank" : "the call is latency-bound (compression saves volume, not latency)");
+    const std::int64_t t = shunt::compress_threshold(*model, shape, shunt::compress_op::allreduce, 4, consent);
+    if (shunt::config().compress_min_bytes > 0)
+        std::printf("  size threshold: %lld bytes (SHUNT_COMPRESS_MIN_BYTES)\n",
+                    static_cast<long long>(shunt::config().compress_min_bytes));
+    else if (t >= std::int64_t{1} << 62)
+        std::printf("  size threshold: none (no size up to 1 TiB is predicted to gain)\n");
+    else
+        std::printf("  size threshold from the model: %lld bytes\n", static_cast<long long>(t));
+    std::printf(
+        "  compressed times include a %.0f%% margin, so that noise and the model's error favour exact results; in a\n"
+        "  run the planner agrees these figures with every rank (the slowest's) and plans the iteration's calls\n"
+        "  together (SHUNT_LOG=decide shows the plan)\n",
+        shunt::compress_margin * 100);
+    return 0;
+}
+
 int explain(int argc, char** argv) {
+    if (argc >= 3 && std::string_view(argv[2]) == "nccl-tuner") return explain_nccl_tuner(argc, argv);
+    if (argc >= 3 && std::string_view(argv[2]).starts_with("nccl-")) return explain_nccl(argc, argv);
+    if (argc >= 3 && std::string_view(argv[2]) == "compress") return explain_compress(argc, argv);
     if (argc == 4) {
         for (std::size_t i = 0; i < shunt::coll_op_names.size(); ++i) {
             if (std::string_view(argv[2]) != shunt::coll_op_names[i]) continue;
@@ -268,7 +437,8 @@ int explain(int argc, char** argv) {
     if (argc < 4 || argc > 5 || (std::string_view(argv[2]) != "pack" && std::string_view(argv[2]) != "unpack")) {
         std::fprintf(
             stderr,
-            "shunt-info: --explain takes pack|unpack BYTES [BLOCK] or COLLECTIVE BYTES (try shunt-info --help)\n");
+            "shunt-info: --explain takes pack|unpack BYTES [BLOCK], COLLECTIVE BYTES or compress BYTES RANKS PER_NODE "
+            "(try shunt-info --help)\n");
         return 2;
     }
     std::int64_t bytes = 0, block = 8;

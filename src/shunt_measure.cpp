@@ -20,6 +20,8 @@
 #include <shunt/plan/pack.hpp>
 #include <shunt/topology/topology.hpp>
 
+#include "measure_nccl.hpp"
+
 #include <mpi.h>
 
 #include <unistd.h>
@@ -47,6 +49,8 @@ struct options {
     bool validate = false;
     bool decisions = false;
     bool dry_run = false;
+    bool nccl_tuner = false;  ///< --nccl-tuner: the NCCL tuner plugin's tables instead
+    std::string nccl_library = "libnccl.so.2";
     bool selects(std::string_view table) const {
         return only.empty() ||
                std::any_of(only.begin(), only.end(), [&](const std::string& p) { return table.starts_with(p); });
@@ -76,6 +80,13 @@ constexpr const char* usage_text =
     "  --validate         measure held-out sizes and report each table's prediction error\n"
     "  --decisions        compare the planner's pack choice with the fastest measured method\n"
     "  --dry-run          list what would be measured, measure nothing\n"
+    "  --nccl-tuner       measure the NCCL tuner plugin's tables instead (nccl.<coll>.<algo>.<proto>.r<R>n<N>):\n"
+    "                     NCCL runs each collective with each of its algorithms and protocols forced\n"
+    "                     (NCCL_ALGO, NCCL_PROTO), one CUDA device per rank, into --output, SHUNT_MODEL, else\n"
+    "                     model-HOST-nccl.json beside the MPI model; exits 77, measuring nothing, where a rank\n"
+    "                     has no device, NCCL cannot be loaded, or the job has one rank (--force measures\n"
+    "                     the nccl tables again and keeps the file's others)\n"
+    "  --nccl-library L   the NCCL library --nccl-tuner loads (default libnccl.so.2)\n"
     "  --help             this text\n";
 
 bool parse_args(int argc, char** argv, options& o, std::string& error) {
@@ -100,7 +111,13 @@ bool parse_args(int argc, char** argv, options& o, std::string& error) {
             o.decisions = true;
         else if (a == "--dry-run")
             o.dry_run = true;
-        else if (a == "--output") {
+        else if (a == "--nccl-tuner")
+            o.nccl_tuner = true;
+        else if (a == "--nccl-library") {
+            const char* v = value("a library name or path");
+            if (!v) return false;
+            o.nccl_library = v;
+        } else if (a == "--output") {
             const char* v = value("a file name");
             if (!v) return false;
             o.output = v;
@@ -121,6 +138,10 @@ bool parse_args(int argc, char** argv, options& o, std::string& error) {
             error = "unknown option '" + std::string(a) + "'";
             return false;
         }
+    }
+    if (o.nccl_tuner && (o.validate || o.decisions)) {
+        error = "--nccl-tuner measures and writes tables; --validate and --decisions are for the MPI tables";
+        return false;
     }
     return true;
 }
@@ -570,6 +591,17 @@ int main(int argc, char** argv) {
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int status = 0;
+    if (o.nccl_tuner) {
+        try {
+            status =
+                tools::measure_nccl_main({o.full, o.force, o.dry_run, o.budget_s, o.output, o.nccl_library, o.only});
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "shunt-measure: error: %s\n", e.what());
+            status = 1;
+        }
+        MPI_Finalize();
+        return status;
+    }
     try {
         const model_identity me = current_identity(gpu::current_device_name());
         const job_layout job = find_layout();

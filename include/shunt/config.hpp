@@ -74,6 +74,22 @@ enum class coll_choice : std::uint8_t { automatic, library, shunt, measure };
 /// schedule only where measured nccl.* tables say it is faster (shunt/plan/nccl.hpp).
 enum class nccl_choice : std::uint8_t { automatic, library, shunt };
 
+/// SHUNT_COMPRESS (or the header API, per communicator or call site): whether float SUM
+/// reductions may be compressed, and with which compressors. `methods` has bit m for
+/// compress::method m (compress_method_names' order); `on` false is off whatever the bits.
+struct compress_consent {
+    bool on = false;
+    std::uint8_t methods = 0;
+    bool operator==(const compress_consent&) const = default;
+};
+
+/// The compressors' names in compress::method's order (plan/compress.hpp checks the two agree).
+inline constexpr std::array<std::string_view, 7> compress_method_names = {"fp16",    "bf16", "int8", "int4",
+                                                                          "randomk", "topk", "sign"};
+/// The methods `auto` allows: FP16, BF16 and INT8, whose error needs no tuning (the others must be
+/// listed by name).
+inline constexpr std::uint8_t compress_auto_methods = 0b0000111;
+
 namespace detail {
 
 /// ASCII lower-case; the registry's keywords are matched case-insensitively.
@@ -204,6 +220,49 @@ struct integer_kind {
     static std::string format(std::int64_t v) { return std::to_string(v); }
 };
 
+/// SHUNT_COMPRESS's grammar: off, auto, or a comma list of compressor names (e.g. fp16,int8).
+struct compress_kind {
+    using value_type = compress_consent;
+    static constexpr std::string_view type_name = "compressors";
+    static std::string accepted() {
+        std::string s = "off, auto, or a comma list of ";
+        for (std::size_t i = 0; i < compress_method_names.size(); ++i) {
+            s += compress_method_names[i];
+            s += i + 1 < compress_method_names.size() ? "|" : "";
+        }
+        return s;
+    }
+    static bool parse(std::string_view text, compress_consent& out) {
+        if (iequals(text, "off")) return out = {}, true;
+        if (iequals(text, "auto")) return out = {true, compress_auto_methods}, true;
+        compress_consent c{true, 0};
+        for (;;) {  // every item must name a compressor; empty items are errors
+            const auto comma = text.find(',');
+            const std::string_view item = text.substr(0, comma);
+            bool known = false;
+            for (std::size_t i = 0; i < compress_method_names.size() && !known; ++i)
+                if (iequals(item, compress_method_names[i]))
+                    c.methods |= static_cast<std::uint8_t>(1u << i), known = true;
+            if (!known) return false;
+            if (comma == std::string_view::npos) break;
+            text.remove_prefix(comma + 1);
+        }
+        out = c;
+        return true;
+    }
+    static std::string format(const compress_consent& c) {
+        if (!c.on || c.methods == 0) return "off";
+        if (c.methods == compress_auto_methods) return "auto";
+        std::string s;
+        for (std::size_t i = 0; i < compress_method_names.size(); ++i)
+            if ((c.methods >> i) & 1u) {
+                if (!s.empty()) s += ",";
+                s += compress_method_names[i];
+            }
+        return s;
+    }
+};
+
 /// Free text (a path); empty means unset.
 struct text_kind {
     using value_type = std::string;
@@ -287,6 +346,8 @@ using report_kind = choice_kind<report_mode>;
 using pack_kind = choice_kind<pack_choice>;
 using coll_kind = choice_kind<coll_choice>;
 using nccl_kind = choice_kind<nccl_choice>;
+using compress_count_kind = integer_kind<0, 1000000000>;
+using compress_bytes_kind = integer_kind<0, std::int64_t{1} << 50>;
 
 }  // namespace detail
 }  // namespace shunt
@@ -324,6 +385,20 @@ using nccl_kind = choice_kind<nccl_choice>;
       "who runs ncclAllReduce, ncclReduceScatter, ncclAllGather, ncclBroadcast/ncclBcast and ncclReduce: " \
       "auto = shunt's hierarchical schedule where measured nccl.* tables of the model say it is faster, "  \
       "else NCCL, library = always NCCL, shunt = shunt's schedule wherever it applies")                    \
+    X(compress, "SHUNT_COMPRESS", ::shunt::detail::compress_kind, "off",                                   \
+      "lossy gradient compression of 32-bit float SUM reductions (MPI_Allreduce and "                      \
+      "MPI_Reduce_scatter(_block) of MPI_FLOAT, ncclAllReduce of ncclFloat32): off = never (exact "        \
+      "results), auto = the planner chooses per tensor among fp16, bf16 and int8 or keeps exact, "         \
+      "LIST = among those named (fp16,bf16,int8,int4,randomk,topk,sign)")                                  \
+    X(compress_warmup, "SHUNT_COMPRESS_WARMUP", ::shunt::detail::compress_count_kind, "3",                 \
+      "exact calls at each call site (position in the iteration's repeating pattern of calls) before "     \
+      "its first compressed one")                                                                          \
+    X(compress_min_bytes, "SHUNT_COMPRESS_MIN_BYTES", ::shunt::detail::compress_bytes_kind, "0",           \
+      "reductions smaller than this many bytes are never compressed; 0 = the smallest size at which "      \
+      "the cost model predicts that compression pays")                                                     \
+    X(compress_check, "SHUNT_COMPRESS_CHECK", ::shunt::detail::compress_count_kind, "0",                   \
+      "shadow mode: every N-th compressed call also computes the exact result and logs the relative "      \
+      "error (0 = never)")                                                                                 \
     X(model, "SHUNT_MODEL", ::shunt::detail::text_kind, "",                                                \
       "the cost model file written by shunt-measure (unset: $XDG_CACHE_HOME/shunt/model-HOST-MPI.json, "   \
       "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                      \

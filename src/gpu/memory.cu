@@ -21,13 +21,11 @@ namespace shunt::gpu {
 namespace {
 
 using get_attributes_fn = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
-using get_attribute_fn = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
 
-/// The two driver calls classification needs, found once through the runtime (libshunt_gpu
+/// The driver call classification needs, found once through the runtime (libshunt_gpu
 /// links cudart statically and never links libcuda, so it loads on machines without a driver).
 struct driver {
     get_attributes_fn attributes = nullptr;
-    get_attribute_fn attribute = nullptr;
 };
 
 const driver& driver_calls() {
@@ -40,12 +38,8 @@ const driver& driver_calls() {
                 cudaSuccess &&
             found == cudaDriverEntryPointSuccess)
             out.attributes = reinterpret_cast<get_attributes_fn>(fn);
-        if (cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn, 12000, cudaEnableDefault, &found) ==
-                cudaSuccess &&
-            found == cudaDriverEntryPointSuccess)
-            out.attribute = reinterpret_cast<get_attribute_fn>(fn);
         (void)cudaGetLastError();
-        if (!out.attributes || !out.attribute) out = {};
+        if (!out.attributes) out = {};
         return out;
     }();
     return d;
@@ -92,9 +86,13 @@ memory_kind classify(const void* p) noexcept {
             if (it != c.ranges.begin() && addr < std::prev(it)->second.end) {
                 const range r = std::prev(it)->second;
                 lock.unlock();
+                // cuPointerGetAttributes answers a freed or unknown pointer with success and a zero
+                // id; the single-attribute query fails there with CUDA_ERROR_INVALID_VALUE, an API
+                // error that compute-sanitizer reports in the application's run.
                 unsigned long long id = 0;
-                if (drv.attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, static_cast<CUdeviceptr>(addr)) ==
-                        CUDA_SUCCESS &&
+                CUpointer_attribute what = CU_POINTER_ATTRIBUTE_BUFFER_ID;
+                void* into = &id;
+                if (drv.attributes(1, &what, &into, static_cast<CUdeviceptr>(addr)) == CUDA_SUCCESS && id != 0 &&
                     id == r.buffer_id)
                     return r.kind;
                 // Freed (the query fails) or replaced (another id): the range is stale.

@@ -25,7 +25,7 @@ static void fill_values(void* buf, MPI_Datatype type, int count, int rank, int s
         else if (type == MPI_UNSIGNED)
             ((unsigned*)buf)[i] = (unsigned)(v + 11) * 2654435761u;
         else if (type == MPI_LONG_LONG)
-            ((long long*)buf)[i] = (long long)v << 40;
+            ((long long*)buf)[i] = (long long)v * (1LL << 40); /* v may be negative: no shift */
         else if (type == MPI_SHORT)
             ((short*)buf)[i] = (short)(v * 3001);
         else if (type == MPI_UNSIGNED_CHAR)

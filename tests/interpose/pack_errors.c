@@ -4,6 +4,15 @@
 
 enum { guard = 64 };
 
+/* MPICH 5.0.2 and Open MPI 5.0.11 crash (SIGSEGV) packing from or unpacking to MPI_BOTTOM with a
+ * type at offset 0, where MPICH 4.0 and Open MPI 4.1 return an error: those cases are left out. */
+#if (defined(MPICH_NUMVERSION) && MPICH_NUMVERSION >= 50000000) || \
+    (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
+#define SHUNT_TEST_BOTTOM_CRASHES 1
+#else
+#define SHUNT_TEST_BOTTOM_CRASHES 0
+#endif
+
 static int rank_;
 static int handler_calls;
 static uint64_t results = 14695981039346656037ull;
@@ -122,7 +131,9 @@ int main(int argc, char** argv) {
         pack_case(NAME("pack zero of uncommitted type"), data, 0, loose, 256, 0, 0, 0, comm);
         pack_case(NAME("pack re-created uncommitted handle"), data, 1, fresh, 512, 0, 0, 0, comm);
         pack_case(NAME("pack MPI_DATATYPE_NULL"), data, 1, MPI_DATATYPE_NULL, 256, 0, 0, 0, comm);
+#if !SHUNT_TEST_BOTTOM_CRASHES
         pack_case(NAME("pack MPI_BOTTOM with offset-0 type"), MPI_BOTTOM, 1, vec, S, 0, 0, 0, comm);
+#endif
         pack_case(NAME("pack zero elements"), data, 0, vec, 16, 3, 0, 0, comm);
         pack_case(NAME("pack zero elements, position == outsize"), data, 0, vec, 16, 16, 0, 0, comm);
         pack_case(NAME("pack zero elements, position > outsize"), data, 0, vec, 16, 20, 0, 0, comm);
@@ -153,7 +164,9 @@ int main(int argc, char** argv) {
         unpack_case(NAME("unpack uncommitted type"), packed, psize, 0, 1, loose, 0, comm);
         unpack_case(NAME("unpack re-created uncommitted handle"), packed, psize, 0, 1, fresh, 0, comm);
         unpack_case(NAME("unpack MPI_DATATYPE_NULL"), packed, psize, 0, 1, MPI_DATATYPE_NULL, 0, comm);
+#if !SHUNT_TEST_BOTTOM_CRASHES
         unpack_case(NAME("unpack to MPI_BOTTOM with offset-0 type"), packed, psize, 0, 1, vec, 1, comm);
+#endif
 #if defined(OPEN_MPI)  // MPICH 4.0.2 does not check inbuf: it crashes (SIGSEGV) on a null one
         unpack_case(NAME("unpack null inbuf"), NULL, psize, 0, 1, vec, 0, comm);
 #endif

@@ -34,6 +34,8 @@ class Launcher:
         self.mpiexec_args = args.mpiexec_arg or []
         self.flavour = args.flavour
         self.lib = os.path.abspath(args.lib)
+        # A sanitizer build's runtime must be loaded before libshunt.so.
+        self.preload = (args.preload_first + ":" if args.preload_first else "") + self.lib
         self.shunt_run = os.path.abspath(args.shunt_run)
         self.program = [os.path.abspath(args.command[0])] + args.command[1:]
 
@@ -43,9 +45,9 @@ class Launcher:
         cmd = [self.mpiexec] + self.mpiexec_args + ["-n", str(ranks)]
         if how == "preload":
             if self.flavour == "openmpi":
-                cmd += ["-x", "LD_PRELOAD=" + self.lib]
+                cmd += ["-x", "LD_PRELOAD=" + self.preload]
             else:
-                cmd += ["-genv", "LD_PRELOAD", self.lib]
+                cmd += ["-genv", "LD_PRELOAD", self.preload]
         cmd += ([self.shunt_run] if how == "shunt-run" else []) + self.program
         try:
             p = subprocess.run(cmd, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -172,6 +174,12 @@ def check_program(args):
 
 COLLECTIVES = ["MPI_Allreduce", "MPI_Reduce", "MPI_Reduce_scatter_block", "MPI_Reduce_scatter", "MPI_Allgather",
                "MPI_Allgatherv", "MPI_Bcast", "MPI_Alltoall", "MPI_Alltoallv"]
+FUSED = ["MPI_Alltoallw", "MPI_Neighbor_alltoallw"]
+
+
+def nonblocking(call):
+    """MPI_Iallreduce, MPI_Allreduce_init, ...: decided by the nonblocking plan."""
+    return call.endswith("_init") or (call.startswith("MPI_I") and call[5:6].islower())
 
 
 def check_collectives(args, n, same):
@@ -191,7 +199,7 @@ def check_collectives(args, n, same):
             expect(by_shunt > 0, f"{call}: no call ran in shunt with SHUNT_COLL=shunt", p, c)
         else:
             expect(by_shunt == 0, f"{call}: a single rank has nothing for shunt to do", p, c)
-        if n > 1 and args.coll_calls:  # the fused collectives' decisions are in the report too
+        if n > 1 and call in FUSED:  # the fused collectives' decisions are in the report too
             m = re.search(rf"^shunt\[rank 0\]:\s+{call} on (\d+) communicators? of {n} ranks -> shunt's fused packing "
                           r"\(forced\) x (\d+) \(forced by SHUNT_COLL\)$", p.stderr, re.M)
             expect(m is not None and int(m.group(2)) > 0, f"{call}: the report must list the forced decision", p, c)
@@ -199,8 +207,9 @@ def check_collectives(args, n, same):
     p, c = same("preloaded, SHUNT_COLL=auto SHUNT_LOG=decide SHUNT_REPORT=summary", "preload",
                 {"SHUNT_COLL": "auto", "SHUNT_LOG": "decide", "SHUNT_TOPOLOGY": args.collectives,
                  "SHUNT_REPORT": "summary"}, lambda s: True)
-    if n > 1 and args.coll_calls:  # the fused collectives: one measured decision per communicator
-        for call in checked:
+    fused = [call for call in checked if call in FUSED]
+    if n > 1 and fused:  # the fused collectives: one measured decision per communicator
+        for call in fused:
             expect(re.search(rf"^shunt\[rank 0\]: decide: {call} on a communicator of \d+ ranks: (shunt's fused "
                              r"packing|the library), kept for the communicator \(library measured [0-9.e+-]+ us, "
                              r"shunt [0-9.e+-]+ us\)$", p.stderr, re.M),
@@ -209,6 +218,13 @@ def check_collectives(args, n, same):
                              r"packing|the library) x \d+ \(library measured [0-9.e+-]+ us, shunt [0-9.e+-]+ us\)$",
                              p.stderr, re.M),
                    f"SHUNT_REPORT must list {call}'s measured decision", p, c)
+    elif n > 1 and any(nonblocking(call) for call in checked):
+        # Nonblocking and persistent calls say where their decision comes from.
+        for call in (c for c in checked if nonblocking(c)):
+            expect(re.search(rf"^shunt\[rank 0\]: decide: {call} of \d+ bytes on p\d+\S*: (the library|shunt's schedule"
+                             r"( over \S+| flat)?) \(nonblocking: (the blocking calls' decision|the model's plan, agreed "
+                             r"when the communicator was set up)\)$", p.stderr, re.M),
+                   f"SHUNT_LOG=decide must show {call}'s decisions", p, c)
     elif n > 1:
         # shunt's schedule says which levels it runs over when the shape has levels, and the
         # predictions of each set of levels when more than one competed.
@@ -328,6 +344,17 @@ def check_tools(args):
         expect(p.returncode == 0 and m and int(m.group(2)) >= 16 and
                m.group(1) == (verb if int(m.group(2)) < 1024 else "does not store"),
                f"shunt-info --explain unpack {size} 256 must say whether the rows stream", p, c)
+    # NCCL collectives: no table, NCCL keeps the call; SHUNT_NCCL=shunt forces shunt's schedule.
+    p, c = tool([info, "--explain", "nccl-allreduce", "67108864", "8", "4"])
+    expect(p.returncode == 0 and re.search(r"^nccl allreduce of 67108864 bytes on 8 ranks in nodes of 4", p.stdout, re.M)
+           and re.search(r"^  library\s+no table nccl\.allreduce\.library\.r8n2$", p.stdout, re.M) and
+           re.search(r"^  -> NCCL \(without measured tables of both", p.stdout, re.M), "shunt-info --explain nccl-allreduce",
+           p, c)
+    p, c = tool([info, "--explain", "nccl-reduce", "1024"], {"SHUNT_NCCL": "shunt"})
+    expect(p.returncode == 0 and "-> shunt's schedule over node+rail (forced by SHUNT_NCCL)" in p.stdout,
+           "shunt-info --explain nccl-reduce with SHUNT_NCCL=shunt", p, c)
+    p, c = tool([info, "--explain", "nccl-allreduce", "1024", "8", "3"])
+    expect(p.returncode == 2 and p.stdout == "", "shunt-info --explain nccl-... with nodes not dividing the ranks", p, c)
     p, c = tool([info, "--explain", "allreduce", "-5"])
     expect(p.returncode == 2 and p.stdout == "", "shunt-info --explain with a bad size must fail with usage", p, c)
 
@@ -336,8 +363,12 @@ def check_tools(args):
     expect(p.returncode == 0 and os.path.samefile(p.stdout.strip(), args.lib),
            "shunt-run --library must find the library of this build", p, c)
     p, c = tool([run, "sh", "-c", 'printf %s "$LD_PRELOAD"'], {"LD_PRELOAD": "/other.so"})
-    expect(p.returncode == 0 and p.stdout == f"{p.stdout.split(':')[0]}:/other.so" and
-           os.path.samefile(p.stdout.split(":")[0], args.lib), "shunt-run must prepend libshunt.so to LD_PRELOAD", p, c)
+    # A sanitizer build puts its runtime first, then libshunt.so.
+    parts = p.stdout.split(":")
+    first = [args.preload_first] if args.preload_first else []
+    expect(p.returncode == 0 and len(parts) == len(first) + 2 and parts[:len(first)] == first and
+           parts[-1] == "/other.so" and os.path.samefile(parts[len(first)], args.lib),
+           "shunt-run must prepend libshunt.so (after a sanitizer build's runtime) to LD_PRELOAD", p, c)
     p, c = tool([run])
     expect(p.returncode == 2 and "usage" in p.stderr, "shunt-run without a program must fail with usage", p, c)
     p, c = tool([run, "--bogus"])
@@ -362,6 +393,8 @@ def main():
     pr.add_argument("--mpiexec-arg", action="append")
     pr.add_argument("--flavour", choices=["openmpi", "mpich"], required=True)
     pr.add_argument("--lib", required=True)
+    pr.add_argument("--preload-first", default="",
+                    help="a library to load before libshunt.so (a sanitizer build's runtime)")
     pr.add_argument("--shunt-run", required=True)
     pr.add_argument("--ranks", default="1,2,4")
     pr.add_argument("--config-checks", action="store_true")
@@ -383,6 +416,7 @@ def main():
     tl.add_argument("--shunt-info", required=True)
     tl.add_argument("--shunt-run", required=True)
     tl.add_argument("--lib", required=True)
+    tl.add_argument("--preload-first", default="", help="what shunt-run must put before libshunt.so")
     args = ap.parse_args()
     if args.mode == "program":
         if args.command[:1] == ["--"]:

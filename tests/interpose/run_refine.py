@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--mpiexec-arg", action="append", default=[])
     ap.add_argument("--flavour", choices=["openmpi", "mpich"], required=True)
     ap.add_argument("--lib", required=True)
+    ap.add_argument("--preload-first", default="",
+                    help="a library to load before libshunt.so (a sanitizer build's runtime)")
     ap.add_argument("--shunt-info", required=True)
     ap.add_argument("command", nargs=argparse.REMAINDER)
     args = ap.parse_args()
@@ -88,7 +90,8 @@ def main():
             fail("shunt-info --model must accept the crafted model", p)
 
         cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", "1"]
-        cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
+        preload = (args.preload_first + ":" if args.preload_first else "") + args.lib
+        cmd += ["-x", "LD_PRELOAD=" + preload] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", preload]
         for pack, vary in (("model", False), ("auto", False), ("auto", True)):
             run_env = dict(env, SHUNT_MODEL=model, SHUNT_LOG="debug:decide", SHUNT_REPORT="rank", SHUNT_PACK=pack)
             run = cmd + command + (["6000", "vary"] if vary else [])

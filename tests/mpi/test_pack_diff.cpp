@@ -44,6 +44,17 @@ struct stats {
 constexpr std::int64_t max_span = 16 << 20;
 constexpr unsigned char sentinel = 0xa5;
 
+/// Open MPI 5 packs some runs of complex elements against their typemap, and decode leaves types
+/// whose complex elements lie at distances other than multiples of their size to it
+/// (shunt::detail::check_library_complex; test_decode checks which): such a type may pass here.
+bool complex_may_pass([[maybe_unused]] const shunt_test::random_type& t) {
+#if defined(OPEN_MPI) && OMPI_MAJOR_VERSION >= 5
+    return t.desc.find("COMPLEX") != std::string::npos || t.desc.find("complex") != std::string::npos;
+#else
+    return false;
+#endif
+}
+
 class type_check {
 public:
     type_check(const shunt_test::random_type& t, std::uint64_t seed, stats& st)
@@ -54,7 +65,7 @@ public:
         try {
             info_ = shunt::decode(t_.type);
         } catch (const shunt::unsupported& e) {
-            if (t_.library_quirk)
+            if (t_.library_quirk || complex_may_pass(t_))
                 ++st_.passed_through;
             else
                 fail(std::string("decode: unsupported: ") + e.what());

@@ -1,5 +1,7 @@
 // tests/nccl/nccl_ops.cpp: every NCCL call shunt intercepts, in an unmodified NCCL program (MPI only bootstraps), each result checked against the value the program computes itself.
 //
+// Built twice: against the CPU double (host buffers), and with NCCL_OPS_DEVICE against the real
+// NCCL (managed memory; the device check runs it at one rank on a GPU, under the preload).
 // Run by run_nccl_preload.py without shunt, under the preload with SHUNT_NCCL=shunt on a virtual
 // topology of nodes of 2 ranks (shunt's hierarchical schedules), with SHUNT_NCCL=auto and
 // library, and with SHUNT_DISABLE=1; each run prints one line per rank with a hash of every exact
@@ -13,10 +15,14 @@
 // tolerance for reassociation and run twice to check they are the same bits both times.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <new>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +34,36 @@
 #include <vector>
 
 namespace {
+
+#ifdef NCCL_OPS_DEVICE
+/// Real NCCL on a GPU: every buffer NCCL sees is CUDA managed memory, read by the host after the
+/// device is synchronised.
+template <class T>
+struct buffer_allocator {
+    using value_type = T;
+    buffer_allocator() = default;
+    template <class U>
+    buffer_allocator(const buffer_allocator<U>&) noexcept {}
+    T* allocate(std::size_t n) {
+        void* p = nullptr;
+        if (cudaMallocManaged(&p, std::max<std::size_t>(n, 1) * sizeof(T)) != cudaSuccess) throw std::bad_alloc();
+        return static_cast<T*>(p);
+    }
+    void deallocate(T* p, std::size_t) noexcept { cudaFree(p); }
+    template <class U>
+    bool operator==(const buffer_allocator<U>&) const noexcept {
+        return true;
+    }
+};
+void sync_device() { cudaDeviceSynchronize(); }
+#else
+/// The CPU double: host memory, every call complete when it returns.
+template <class T>
+using buffer_allocator = std::allocator<T>;
+void sync_device() {}
+#endif
+template <class T>
+using buf = std::vector<T, buffer_allocator<T>>;
 
 int world_rank = 0, world_size = 1;
 long long checks = 0;
@@ -46,6 +82,7 @@ void require(bool ok, const char* what, const std::string& detail = "") {
 
 void nccl_ok(ncclResult_t r, const char* what) {
     if (r != ncclSuccess) fail(what, ncclGetErrorString(r));
+    sync_device();
 }
 
 void mix(const void* p, std::size_t n) {
@@ -144,7 +181,7 @@ void allreduces(ncclComm_t comm, int n, int me, const char* tname) {
             for (int in_place = 0; in_place < 2; ++in_place) {
                 if (c > 1001 && op != ncclSum && op != ncclMax) continue;
                 const int salt = static_cast<int>(c % 13) + op;
-                std::vector<T> in(c), out(c + 3, from_double<T>(9)), want(c + 3, from_double<T>(9));
+                buf<T> in(c), out(c + 3, from_double<T>(9)), want(c + 3, from_double<T>(9));
                 for (std::size_t i = 0; i < c; ++i) in[i] = value<T>(me, i, salt), want[i] = reduced<T>(n, i, op, salt);
                 if (in_place) std::copy(in.begin(), in.end(), out.begin());
                 nccl_ok(ncclAllReduce(in_place ? out.data() : in.data(), out.data(), c, nccl_type<T>(), op, comm, nullptr),
@@ -161,7 +198,7 @@ void allreduces(ncclComm_t comm, int n, int me, const char* tname) {
 void inexact(ncclComm_t comm, int n, int me) {
     for (ncclRedOp_t op : {ncclSum, ncclAvg}) {
         const std::size_t c = 300001;
-        std::vector<double> in(c), a(c), b(c);
+        buf<double> in(c), a(c), b(c);
         std::uint64_t x = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(me + 1);
         for (auto& v : in) {
             x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -172,7 +209,7 @@ void inexact(ncclComm_t comm, int n, int me) {
         require(std::memcmp(a.data(), b.data(), sizeof(double) * c) == 0, "ncclAllReduce inexact: run to run",
                 op_name(op));
         // The exact value from every rank's input, regenerated here.
-        std::vector<double> want(c, 0.0);
+        buf<double> want(c, 0.0);
         for (int r = 0; r < n; ++r) {
             std::uint64_t y = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1);
             for (std::size_t i = 0; i < c; ++i) {
@@ -187,7 +224,7 @@ void inexact(ncclComm_t comm, int n, int me) {
         }
         ++checks;
         // half precision average (floating): within half's precision of the exact value
-        std::vector<__half> h(1001), hout(1001);
+        buf<__half> h(1001), hout(1001);
         for (std::size_t i = 0; i < h.size(); ++i) h[i] = value<__half>(me, i, 3);
         nccl_ok(ncclAllReduce(h.data(), hout.data(), h.size(), ncclFloat16, ncclAvg, comm, nullptr), "avg half");
         for (std::size_t i = 0; i < h.size(); ++i) {
@@ -202,11 +239,11 @@ void gathers(ncclComm_t comm, int n, int me) {
     for (std::size_t c : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{70001}})
         for (int in_place = 0; in_place < 2; ++in_place) {
             // reduce-scatter: rank r gets block r of the sum
-            std::vector<std::int32_t> in(c * static_cast<std::size_t>(n)), out(c + 2, -7), want(c + 2, -7);
+            buf<std::int32_t> in(c * static_cast<std::size_t>(n)), out(c + 2, -7), want(c + 2, -7);
             for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<std::int32_t>(me, i, 5);
             for (std::size_t i = 0; i < c; ++i) want[i] = reduced<std::int32_t>(n, static_cast<std::size_t>(me) * c + i, ncclSum, 5);
             if (in_place) {
-                std::vector<std::int32_t> io = in;
+                buf<std::int32_t> io = in;
                 nccl_ok(ncclReduceScatter(io.data(), io.data() + static_cast<std::size_t>(me) * c, c, ncclInt32, ncclSum,
                                           comm, nullptr),
                         "ncclReduceScatter");
@@ -220,7 +257,7 @@ void gathers(ncclComm_t comm, int n, int me) {
                 mix(out.data(), sizeof(std::int32_t) * out.size());
             }
             // allgather: rank r's block at r
-            std::vector<float> mine(c), all(c * static_cast<std::size_t>(n) + 2, -3.0f), wall(all.size(), -3.0f);
+            buf<float> mine(c), all(c * static_cast<std::size_t>(n) + 2, -3.0f), wall(all.size(), -3.0f);
             for (std::size_t i = 0; i < c; ++i) mine[i] = value<float>(me, i, 9);
             for (int r = 0; r < n; ++r)
                 for (std::size_t i = 0; i < c; ++i) wall[static_cast<std::size_t>(r) * c + i] = value<float>(r, i, 9);
@@ -237,20 +274,20 @@ void roots(ncclComm_t comm, int n, int me) {
     for (int root = 0; root < n; ++root)
         for (std::size_t c : {std::size_t{1}, std::size_t{300000}})
             for (int in_place = 0; in_place < 2; ++in_place) {
-                std::vector<std::int64_t> buf(c, me), src(c), want(c);
+                buf<std::int64_t> bb(c, me), src(c), want(c);
                 for (std::size_t i = 0; i < c; ++i) src[i] = value<std::int64_t>(root, i, 11) * 1000 + root, want[i] = src[i];
-                if (me == root && in_place) buf = src;
-                nccl_ok(ncclBroadcast(in_place || me != root ? buf.data() : src.data(), buf.data(), c, ncclInt64, root,
+                if (me == root && in_place) bb = src;
+                nccl_ok(ncclBroadcast(in_place || me != root ? bb.data() : src.data(), bb.data(), c, ncclInt64, root,
                                       comm, nullptr),
                         "ncclBroadcast");
-                require(buf == want, "ncclBroadcast", "root " + std::to_string(root));
-                mix(buf.data(), sizeof(std::int64_t) * c);
-                std::vector<std::int64_t> b2(c, -1);
+                require(bb == want, "ncclBroadcast", "root " + std::to_string(root));
+                mix(bb.data(), sizeof(std::int64_t) * c);
+                buf<std::int64_t> b2(c, -1);
                 if (me == root) b2 = src;
                 nccl_ok(ncclBcast(b2.data(), c, ncclInt64, root, comm, nullptr), "ncclBcast");
                 require(b2 == want, "ncclBcast", "root " + std::to_string(root));
                 // reduce: only the root's buffer is defined
-                std::vector<std::int32_t> in(c), out(c, -5), rw(c, -5);
+                buf<std::int32_t> in(c), out(c, -5), rw(c, -5);
                 for (std::size_t i = 0; i < c; ++i) in[i] = value<std::int32_t>(me, i, 13);
                 if (me == root)
                     for (std::size_t i = 0; i < c; ++i) rw[i] = reduced<std::int32_t>(n, i, ncclMax, 13);
@@ -268,7 +305,7 @@ void roots(ncclComm_t comm, int n, int me) {
 /// Point-to-point in groups, and a collective inside a group (NCCL keeps the group).
 void grouped(ncclComm_t comm, int n, int me) {
     const std::size_t c = 4097;
-    std::vector<std::int32_t> send(c), recv(c, -1);
+    buf<std::int32_t> send(c), recv(c, -1);
     for (std::size_t i = 0; i < c; ++i) send[i] = me * 100000 + static_cast<std::int32_t>(i);
     const int next = (me + 1) % n, prev = (me + n - 1) % n;
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
@@ -277,7 +314,7 @@ void grouped(ncclComm_t comm, int n, int me) {
     nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
     for (std::size_t i = 0; i < c; ++i) require(recv[i] == prev * 100000 + static_cast<std::int32_t>(i), "ncclRecv");
     mix(recv.data(), sizeof(std::int32_t) * c);
-    std::vector<float> a(300000), b(300000);
+    buf<float> a(300000), b(300000);
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = value<float>(me, i, 17);
     nccl_ok(ncclGroupStart(), "ncclGroupStart");
     nccl_ok(ncclGroupStart(), "ncclGroupStart (nested)");
@@ -291,16 +328,17 @@ void grouped(ncclComm_t comm, int n, int me) {
 void threads(ncclComm_t comm, int n, int me) {
     ncclComm_t two[2] = {nullptr, nullptr};
     for (auto& t : two) nccl_ok(ncclCommSplit(comm, 0, me, &t, nullptr), "ncclCommSplit");
-    std::vector<std::int32_t> out[2];
+    buf<std::int32_t> out[2];
     std::thread workers[2];
     for (int k = 0; k < 2; ++k)
         workers[k] = std::thread([&, k] {
-            std::vector<std::int32_t> in(300000 + static_cast<std::size_t>(k));
+            buf<std::int32_t> in(300000 + static_cast<std::size_t>(k));
             for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<std::int32_t>(me, i, 20 + k);
             out[k].resize(in.size());
             for (int round = 0; round < 3; ++round)
                 if (ncclAllReduce(in.data(), out[k].data(), in.size(), ncclInt32, ncclSum, two[k], nullptr) != ncclSuccess)
                     out[k].clear();
+            sync_device();
         });
     for (auto& w : workers) w.join();
     for (int k = 0; k < 2; ++k) {
@@ -319,7 +357,7 @@ void others(ncclComm_t comm, int n, int me) {
     int hn = 0, hme = 0;
     nccl_ok(ncclCommCount(half, &hn), "ncclCommCount");
     nccl_ok(ncclCommUserRank(half, &hme), "ncclCommUserRank");
-    std::vector<std::int32_t> in(300000), out(in.size());
+    buf<std::int32_t> in(300000), out(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<std::int32_t>(hme, i, 30);
     nccl_ok(ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, half, nullptr), "split allreduce");
     for (std::size_t i = 0; i < in.size(); ++i) require(out[i] == reduced<std::int32_t>(hn, i, ncclSum, 30), "split");
@@ -345,6 +383,7 @@ void others(ncclComm_t comm, int n, int me) {
     r = ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, nb, nullptr);
     require(r == ncclSuccess || r == ncclInProgress, "non-blocking allreduce");
     wait();
+    sync_device();
     // Every rank's input is its rank in the even or odd half (world rank / 2).
     for (std::size_t i = 0; i < in.size(); ++i) {
         std::int32_t w = 0;
@@ -359,6 +398,13 @@ void others(ncclComm_t comm, int n, int me) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#ifdef NCCL_OPS_DEVICE
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        std::printf("nccl-ops-device: no CUDA device: skipped\n");
+        return 77;
+    }
+#endif
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);

@@ -3,15 +3,18 @@
 libshunt.so preloaded, and requires the same results in every configuration, clean stderr by default, and
 shunt's schedules to have run where SHUNT_NCCL=shunt asks for them.
 
-  run_nccl_preload.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --ranks N [--nodes-of K] PROGRAM
+  run_nccl_preload.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --ranks N [--topology SPEC|auto]
+                      [--per-node K] PROGRAM
 
 Exit status: 0 pass, 1 fail.
 """
 import argparse
+import json
 import os
 import re
 import subprocess
 import sys
+import tempfile
 
 TIMEOUT = 300
 
@@ -24,10 +27,14 @@ def run(args, preload, env):
     cmd = [args.mpiexec] + (args.mpiexec_arg or []) + ["-n", str(args.ranks)]
     if preload:
         cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
-    cmd += [os.path.abspath(args.program)]
     full = {k: v for k, v in os.environ.items() if not k.startswith("SHUNT_") and k != "LD_PRELOAD"}
     full.update(env)
     full.setdefault("NCCL_DOUBLE_TIMEOUT", "60")
+    if args.flavour == "openmpi":  # ranks started on other hosts (the emulated cluster) get only these
+        for k in sorted(full):
+            if k.startswith("SHUNT_") or k.startswith("NCCL_"):
+                cmd += ["-x", k]
+    cmd += [os.path.abspath(args.program)]
     text = " ".join(f"{k}={v}" for k, v in env.items()) + " " + " ".join(cmd)
     try:
         p = subprocess.run(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT, text=True)
@@ -39,6 +46,38 @@ def run(args, preload, env):
     if len(lines) != args.ranks:
         raise Failure(f"{text}: expected {args.ranks} result lines, got:\n{p.stdout}")
     return lines, p.stderr, text
+
+
+def crafted_model(args, tmp):
+    """A model file for this machine whose nccl.allreduce tables make shunt's schedule 2x faster from 1 MiB
+    on this run's shape (its identity from shunt-info, which names this machine when shown a foreign file)."""
+    foreign = os.path.join(tmp, "foreign.json")
+    with open(foreign, "w") as f:
+        json.dump({"schema": "shunt-model", "version": 1,
+                   "identity": {"host": "elsewhere", "gpu": "none", "mpi": "none"}, "tables": {}}, f)
+    p = subprocess.run([args.shunt_info, "--model", foreign], capture_output=True, text=True, timeout=60)
+    m = re.search(r"^  this machine is host '(.*)', GPU '(.*)', MPI '(.*)'$", p.stdout, re.M)
+    if m is None:
+        raise Failure(f"shunt-info --model did not name this machine:\n{p.stdout}{p.stderr}")
+    shape = f"r{args.ranks}n{args.ranks // args.per_node}"
+    sizes = [1 << 20, 1 << 24, 1 << 28]
+    tables = {f"nccl.allreduce.library.{shape}": [[s, 2e-9 * s, 0] for s in sizes],
+              f"nccl.allreduce.hierarchical.{shape}": [[s, 1e-9 * s, 0] for s in sizes]}
+    model = os.path.join(tmp, "model.json")
+    with open(model, "w") as f:
+        json.dump({"schema": "shunt-model", "version": 1,
+                   "identity": {"host": m.group(1), "gpu": m.group(2), "mpi": m.group(3)}, "tables": tables}, f)
+    return model
+
+
+LAUNCHER_NOISE = False
+
+
+def shunt_lines(stderr):
+    """What must be empty in a silent run: all of stderr, or with --launcher-noise (the emulated cluster's
+    remote starts print warnings of their own) the lines shunt writes (shunt[rank N] or shunt[pid N])."""
+    lines = stderr.splitlines()
+    return [l for l in lines if l.startswith("shunt[")] if LAUNCHER_NOISE else [l for l in lines if l.strip()]
 
 
 def shunt_counts(stderr):
@@ -56,24 +95,31 @@ def main():
     ap.add_argument("--flavour", required=True)
     ap.add_argument("--lib", required=True)
     ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--topology", default="node=2", help="SHUNT_TOPOLOGY for the forced runs; auto: unset")
+    ap.add_argument("--per-node", type=int, default=2, help="ranks per node of that topology")
+    ap.add_argument("--launcher-noise", action="store_true", help="the launcher may write to stderr")
+    ap.add_argument("--shunt-info", help="shunt-info, to write a model file for this machine (SHUNT_NCCL=auto)")
     ap.add_argument("program")
     args = ap.parse_args()
     args.lib = os.path.abspath(args.lib)
+    global LAUNCHER_NOISE
+    LAUNCHER_NOISE = args.launcher_noise
     try:
         want, _, _ = run(args, False, {})
         # Preloaded with nothing set: the same results, and silent.
         got, err, text = run(args, True, {})
         if got != want:
             raise Failure(f"{text}: results differ from the run without shunt:\n{got}\n{want}")
-        if err.strip():
+        if shunt_lines(err):
             raise Failure(f"{text}: wrote to stderr with no SHUNT_* set:\n{err}")
         # shunt's schedules forced on nodes of 2 ranks.
-        env = {"SHUNT_NCCL": "shunt", "SHUNT_TOPOLOGY": "node=2", "SHUNT_REPORT": "rank"}
+        topology = {} if args.topology == "auto" else {"SHUNT_TOPOLOGY": args.topology}
+        env = {"SHUNT_NCCL": "shunt", "SHUNT_REPORT": "rank", **topology}
         got, err, text = run(args, True, env)
         if got != want:
             raise Failure(f"{text}: results differ from the run without shunt:\n{got}\n{want}")
         counts = shunt_counts(err)
-        hierarchical = args.ranks >= 4 and args.ranks % 2 == 0
+        hierarchical = args.ranks >= 2 * args.per_node and args.ranks % args.per_node == 0
         for call in ["ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast", "ncclBcast", "ncclReduce"]:
             ran = counts.get(call, 0)
             if hierarchical and ran == 0:
@@ -83,20 +129,34 @@ def main():
         for call in ["ncclSend", "ncclRecv"]:
             if counts.get(call, 0) != 0:
                 raise Failure(f"{text}: {call} is always NCCL's:\n{err}")
-        print(f"SHUNT_NCCL=shunt node=2 at {args.ranks} ranks: same results; shunt ran " +
+        print(f"SHUNT_NCCL=shunt, topology {args.topology}, at {args.ranks} ranks: same results; shunt ran " +
               ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v))
         # NCCL keeps every call: by choice, by default without tables, and disabled.
-        for env in [{"SHUNT_NCCL": "library", "SHUNT_REPORT": "rank", "SHUNT_TOPOLOGY": "node=2"},
-                    {"SHUNT_NCCL": "auto", "SHUNT_REPORT": "rank", "SHUNT_TOPOLOGY": "node=2"},
+        for env in [{"SHUNT_NCCL": "library", "SHUNT_REPORT": "rank", **topology},
+                    {"SHUNT_NCCL": "auto", "SHUNT_REPORT": "rank", **topology},
                     {"SHUNT_DISABLE": "1", "SHUNT_NCCL": "shunt", "SHUNT_REPORT": "rank"}]:
             got, err, text = run(args, True, env)
             if got != want:
                 raise Failure(f"{text}: results differ from the run without shunt:\n{got}\n{want}")
             if any(shunt_counts(err).values()):
                 raise Failure(f"{text}: shunt ran a schedule:\n{err}")
-            if "SHUNT_DISABLE" in env and err.strip():
+            if "SHUNT_DISABLE" in env and shunt_lines(err):
                 raise Failure(f"{text}: SHUNT_DISABLE=1 must be silent:\n{err}")
-        print(f"{args.ranks} ranks: {len(want)} result lines equal in 5 configurations")
+        # SHUNT_NCCL=auto with a model whose measured tables make shunt's allreduce faster on this shape.
+        if args.shunt_info and hierarchical:
+            with tempfile.TemporaryDirectory() as tmp:
+                model = crafted_model(args, tmp)
+                env = {"SHUNT_NCCL": "auto", "SHUNT_REPORT": "rank", "SHUNT_MODEL": model, "SHUNT_LOG": "decide",
+                       **topology}
+                got, err, text = run(args, True, env)
+                if got != want:
+                    raise Failure(f"{text}: results differ from the run without shunt:\n{got}\n{want}")
+                counts = shunt_counts(err)
+                if counts.get("ncclAllReduce", 0) == 0 or any(v for k, v in counts.items() if k != "ncclAllReduce"):
+                    raise Failure(f"{text}: the tables favour shunt's allreduce only:\n{err}")
+                print(f"SHUNT_NCCL=auto with measured tables: shunt ran ncclAllReduce {counts['ncclAllReduce']}")
+        print(f"{args.ranks} ranks: {len(want)} result lines equal in {6 if args.shunt_info and hierarchical else 5} "
+              "configurations")
     except Failure as e:
         print(f"FAIL: {e}", file=sys.stderr)
         return 1

@@ -42,6 +42,16 @@ struct type_node {
 inline constexpr int max_decode_depth = 256;
 inline constexpr std::size_t max_decode_nodes = std::size_t{1} << 20;
 
+/// A datatype's envelope (MPI_Type_get_envelope(_c)): its combiner and how many constructor
+/// arguments of each kind its contents hold.
+struct type_envelope {
+    std::int64_t ints = 0;
+    std::int64_t addresses = 0;
+    std::int64_t large_counts = 0;
+    std::int64_t types = 0;
+    int combiner = MPI_COMBINER_NAMED;
+};
+
 namespace detail {
 
 /// The combiners of the removed MPI-1 Fortran constructors (MPI_TYPE_HVECTOR, ...). Open MPI
@@ -63,13 +73,7 @@ inline bool is_predefined_combiner(int combiner) {
            combiner == MPI_COMBINER_F90_COMPLEX || combiner == MPI_COMBINER_F90_INTEGER;
 }
 
-struct envelope {
-    std::int64_t ints = 0;
-    std::int64_t addresses = 0;
-    std::int64_t large_counts = 0;
-    std::int64_t types = 0;
-    int combiner = MPI_COMBINER_NAMED;
-};
+using envelope = type_envelope;
 
 /// MPI_Type_get_envelope; with MPI-4 the _c form, the only one MPICH accepts for types built by
 /// the large-count constructors. Returns the MPI error code instead of throwing.
@@ -87,25 +91,28 @@ inline int get_envelope(MPI_Datatype t, envelope& e) noexcept {
     return rc;
 }
 
-/// The datatypes MPI_Type_get_contents hands out: derived ones are new references that the
-/// caller must free, which this does on every path out, exceptions included.
+/// The child handles a source's contents() hands out: derived ones are new references that the
+/// caller must release, which this does on every path out, exceptions included.
+template <class Source>
 class contents_types {
 public:
-    explicit contents_types(std::size_t n) : types_(n, MPI_DATATYPE_NULL) {}
+    using handle = typename Source::handle;
+    contents_types(Source& src, std::size_t n) : src_(src), types_(n, src.null_handle()) {}
     contents_types(const contents_types&) = delete;
     contents_types& operator=(const contents_types&) = delete;
     ~contents_types() {
-        for (MPI_Datatype t : types_) {
+        for (handle t : types_) {
             envelope e;
-            if (t != MPI_DATATYPE_NULL && get_envelope(t, e) == MPI_SUCCESS && !is_predefined_combiner(e.combiner))
-                PMPI_Type_free(&t);
+            if (t != src_.null_handle() && src_.envelope(t, e) == MPI_SUCCESS && !is_predefined_combiner(e.combiner))
+                src_.release(t);
         }
     }
-    MPI_Datatype* data() { return types_.data(); }
-    MPI_Datatype operator[](std::size_t i) const { return types_[i]; }
+    handle* data() { return types_.data(); }
+    handle operator[](std::size_t i) const { return types_[i]; }
 
 private:
-    std::vector<MPI_Datatype> types_;
+    Source& src_;
+    std::vector<handle> types_;
 };
 
 inline void read_bounds(MPI_Datatype t, type_node& n) {
@@ -123,46 +130,72 @@ inline void read_bounds(MPI_Datatype t, type_node& n) {
     n.true_extent = true_extent;
 }
 
-inline type_node decode_node(MPI_Datatype t, int depth, std::size_t& nodes) {
+}  // namespace detail
+
+/// Where decode_tree reads a constructor tree from: the MPI library (PMPI_Type_get_envelope,
+/// PMPI_Type_get_contents, the bounds calls; the _c forms with an MPI-4 library). A type source
+/// is any class with the same members; tests feed decode_tree trees without MPI through one.
+struct pmpi_type_source {
+    using handle = MPI_Datatype;
+    static handle null_handle() noexcept { return MPI_DATATYPE_NULL; }
+    /// MPI's size, lb, extent, true_lb and true_extent of `t` into `n`; throws as read_bounds.
+    static void bounds(handle t, type_node& n) { detail::read_bounds(t, n); }
+    /// The envelope of `t`; returns the MPI error code instead of throwing.
+    static int envelope(handle t, type_envelope& e) noexcept { return detail::get_envelope(t, e); }
+    /// The contents of derived `t` into n.ints, n.addresses and n.large_counts (already sized as
+    /// `e` says) and `types` (e.types handles, each derived one a new reference to release).
+    static void contents(handle t, const type_envelope& e, type_node& n, handle* types) {
+        // Never hand MPI a null array, even for zero entries (some check the pointer first).
+        int no_int = 0;
+        MPI_Aint no_address = 0;
+        MPI_Datatype no_type = MPI_DATATYPE_NULL;
+        int* ints = n.ints.empty() ? &no_int : n.ints.data();
+        MPI_Aint* addresses = n.addresses.empty() ? &no_address : n.addresses.data();
+        if (e.types == 0) types = &no_type;
+#if MPI_VERSION >= 4
+        MPI_Count no_count = 0;
+        MPI_Count* counts = n.large_counts.empty() ? &no_count : n.large_counts.data();
+        SHUNT_CHECK_MPI(
+            PMPI_Type_get_contents_c(t, e.ints, e.addresses, e.large_counts, e.types, ints, addresses, counts, types));
+#else
+        SHUNT_CHECK_MPI(PMPI_Type_get_contents(t, static_cast<int>(e.ints), static_cast<int>(e.addresses),
+                                               static_cast<int>(e.types), ints, addresses, types));
+#endif
+    }
+    /// Frees a derived handle that contents() handed out.
+    static void release(handle t) noexcept { PMPI_Type_free(&t); }
+    /// The handle of a predefined (NAMED or F90_*) node.
+    static MPI_Datatype named(handle t) noexcept { return t; }
+};
+
+namespace detail {
+
+template <class Source>
+type_node decode_node(Source& src, typename Source::handle t, int depth, std::size_t& nodes) {
     type_node n;
-    read_bounds(t, n);
+    src.bounds(t, n);
     envelope e;
-    if (const int rc = get_envelope(t, e); rc != MPI_SUCCESS)
+    if (const int rc = src.envelope(t, e); rc != MPI_SUCCESS)
         throw_mpi(rc, "PMPI_Type_get_envelope", __FILE__, __LINE__);
     n.combiner = e.combiner;
     if (is_predefined_combiner(e.combiner)) {
-        n.named = t;
+        n.named = src.named(t);
         return n;
     }
     if (depth >= max_decode_depth) throw unsupported("datatype nests deeper than shunt decodes");
     if (++nodes > max_decode_nodes) throw unsupported("datatype has too many nested types to decode");
     const std::int64_t cap = static_cast<std::int64_t>(4 * max_flat_blocks);
-    if (e.ints < 0 || e.addresses < 0 || e.large_counts < 0 || e.types < 0 ||
-        e.ints + e.addresses + e.large_counts > cap || e.types > cap)
+    if (e.ints < 0 || e.addresses < 0 || e.large_counts < 0 || e.types < 0 || e.ints > cap || e.addresses > cap ||
+        e.large_counts > cap || e.ints + e.addresses + e.large_counts > cap || e.types > cap)
         throw unsupported("datatype has too many constructor arguments to decode");
     n.ints.resize(static_cast<std::size_t>(e.ints));
     n.addresses.resize(static_cast<std::size_t>(e.addresses));
     n.large_counts.resize(static_cast<std::size_t>(e.large_counts));
-    contents_types kids(static_cast<std::size_t>(e.types));
-    // Never hand MPI a null array, even for zero entries (some check the pointer first).
-    int no_int = 0;
-    MPI_Aint no_address = 0;
-    MPI_Datatype no_type = MPI_DATATYPE_NULL;
-    int* ints = n.ints.empty() ? &no_int : n.ints.data();
-    MPI_Aint* addresses = n.addresses.empty() ? &no_address : n.addresses.data();
-    MPI_Datatype* types = e.types == 0 ? &no_type : kids.data();
-#if MPI_VERSION >= 4
-    MPI_Count no_count = 0;
-    MPI_Count* counts = n.large_counts.empty() ? &no_count : n.large_counts.data();
-    SHUNT_CHECK_MPI(
-        PMPI_Type_get_contents_c(t, e.ints, e.addresses, e.large_counts, e.types, ints, addresses, counts, types));
-#else
-    SHUNT_CHECK_MPI(PMPI_Type_get_contents(t, static_cast<int>(e.ints), static_cast<int>(e.addresses),
-                                           static_cast<int>(e.types), ints, addresses, types));
-#endif
+    contents_types<Source> kids(src, static_cast<std::size_t>(e.types));
+    src.contents(t, e, n, kids.data());
     n.children.reserve(static_cast<std::size_t>(e.types));
     for (std::size_t k = 0; k < static_cast<std::size_t>(e.types); ++k)
-        n.children.push_back(decode_node(kids[k], depth + 1, nodes));
+        n.children.push_back(decode_node(src, kids[k], depth + 1, nodes));
     return n;
 }
 
@@ -261,6 +294,139 @@ inline void check_library_struct([[maybe_unused]] std::span<const std::int64_t> 
 #endif
 }
 
+/// A predefined complex type (C, C++ or Fortran): two reals, aligned to one.
+inline bool is_complex(const type_node& n) {
+    if (n.combiner == MPI_COMBINER_F90_COMPLEX) return true;
+    if (n.combiner != MPI_COMBINER_NAMED) return false;
+    const MPI_Datatype t = n.named;
+    return t == MPI_C_FLOAT_COMPLEX || t == MPI_C_DOUBLE_COMPLEX || t == MPI_C_LONG_DOUBLE_COMPLEX ||
+           t == MPI_C_COMPLEX || t == MPI_CXX_FLOAT_COMPLEX || t == MPI_CXX_DOUBLE_COMPLEX ||
+           t == MPI_CXX_LONG_DOUBLE_COMPLEX || t == MPI_COMPLEX || t == MPI_DOUBLE_COMPLEX;
+}
+
+/// Where the complex elements of a type lie relative to its base, modulo their size (size 0: it
+/// holds none).
+struct complex_phase {
+    std::int64_t size = 0;
+    std::int64_t offset = 0;
+};
+
+inline std::int64_t modulo(std::int64_t v, std::int64_t m) { return (v % m + m) % m; }
+
+/// Adds to `into` a copy, placed at byte `at`, of a part of phase `c`. Throws unsupported when
+/// its complex elements do not lie a multiple of their size away from those already there.
+inline void add_phase(complex_phase& into, complex_phase c, std::int64_t at) {
+    if (c.size == 0) return;
+    const std::int64_t offset = modulo(modulo(c.offset, c.size) + modulo(at, c.size), c.size);
+    if (into.size == 0) {
+        into = {c.size, offset};
+        return;
+    }
+    if (into.size != c.size || into.offset != offset)
+        throw unsupported("Open MPI 5 packs complex elements that are not a multiple of their size apart wrongly");
+}
+
+/// The complex phase of `n`, throwing unsupported where its complex elements do not all lie a
+/// multiple of their size apart. Each constructor's copies of its child are checked through the
+/// steps between them (a block's next element, the next block), not one by one.
+inline complex_phase complex_phase_of(const type_node& n) {
+    complex_phase out;
+    if (is_predefined_combiner(n.combiner)) return is_complex(n) ? complex_phase{n.size, 0} : out;
+    const args arg(n);
+    const bool large = arg.large();
+    switch (n.combiner) {
+        case MPI_COMBINER_DUP:
+        case MPI_COMBINER_RESIZED: return complex_phase_of(arg.child(0));
+        case MPI_COMBINER_CONTIGUOUS: {
+            const type_node& c = arg.child(0);
+            const complex_phase p = complex_phase_of(c);
+            const std::int64_t count = large ? arg.c(0) : arg.i(0);
+            if (count >= 1) add_phase(out, p, 0);
+            if (count >= 2) add_phase(out, p, c.extent);
+            return out;
+        }
+        case MPI_COMBINER_VECTOR:
+        case MPI_COMBINER_HVECTOR:
+        case combiner_hvector_integer: {
+            const type_node& c = arg.child(0);
+            const complex_phase p = complex_phase_of(c);
+            const std::int64_t count = large ? arg.c(0) : arg.i(0), blocklength = large ? arg.c(1) : arg.i(1);
+            if (p.size == 0 || count < 1 || blocklength < 1) return out;
+            const std::int64_t stride = large ? arg.c(2) : n.combiner == MPI_COMBINER_VECTOR ? arg.i(2) : arg.a(0);
+            add_phase(out, p, 0);
+            if (blocklength >= 2) add_phase(out, p, c.extent);
+            if (count >= 2)  // a vector's stride counts extents
+                add_phase(
+                    out, p,
+                    n.combiner == MPI_COMBINER_VECTOR ? modulo(stride, p.size) * modulo(c.extent, p.size) : stride);
+            return out;
+        }
+        case MPI_COMBINER_INDEXED:
+        case MPI_COMBINER_HINDEXED:
+        case combiner_hindexed_integer:
+        case MPI_COMBINER_INDEXED_BLOCK:
+        case MPI_COMBINER_HINDEXED_BLOCK: {
+            const type_node& c = arg.child(0);
+            const complex_phase p = complex_phase_of(c);
+            if (p.size == 0) return out;
+            const bool block = n.combiner == MPI_COMBINER_INDEXED_BLOCK || n.combiner == MPI_COMBINER_HINDEXED_BLOCK;
+            const bool scaled = n.combiner == MPI_COMBINER_INDEXED || n.combiner == MPI_COMBINER_INDEXED_BLOCK;
+            const std::int64_t count = large ? arg.c(0) : arg.i(0);
+            const std::size_t k = static_cast<std::size_t>(count < 0 ? 0 : count);
+            const std::size_t first = block ? 2 : 1 + k;  // the displacements, in ints or large counts
+            const auto displs = large    ? arg.counts(first, count)
+                                : scaled ? arg.ints(first, count)
+                                         : arg.addresses(0, count);
+            for (std::size_t j = 0; j < k; ++j) {
+                const std::int64_t length =
+                    block ? (large ? arg.c(1) : arg.i(1)) : (large ? arg.c(1 + j) : arg.i(1 + j));
+                if (length < 1) continue;
+                const std::int64_t at = scaled ? modulo(displs[j], p.size) * modulo(c.extent, p.size) : displs[j];
+                add_phase(out, p, at);
+                if (length >= 2) add_phase(out, p, modulo(at, p.size) + modulo(c.extent, p.size));
+            }
+            return out;
+        }
+        case MPI_COMBINER_STRUCT:
+        case combiner_struct_integer: {
+            const std::int64_t count = large ? arg.c(0) : arg.i(0);
+            const std::size_t k = static_cast<std::size_t>(count < 0 ? 0 : count);
+            const auto lengths = large ? arg.counts(1, count) : arg.ints(1, count);
+            const auto displs = large ? arg.counts(1 + k, count) : arg.addresses(0, count);
+            for (std::size_t j = 0; j < k; ++j) {
+                if (lengths[j] < 1) continue;
+                const type_node& c = arg.child(j);
+                const complex_phase p = complex_phase_of(c);
+                if (p.size == 0) continue;
+                add_phase(out, p, displs[j]);
+                if (lengths[j] >= 2) add_phase(out, p, modulo(displs[j], p.size) + modulo(c.extent, p.size));
+            }
+            return out;
+        }
+        case MPI_COMBINER_SUBARRAY:
+        case MPI_COMBINER_DARRAY: {  // copies of the child at multiples of its extent
+            const type_node& c = arg.child(0);
+            const complex_phase p = complex_phase_of(c);
+            if (n.size == 0 || c.size == 0) return out;
+            add_phase(out, p, 0);
+            if (n.size > c.size) add_phase(out, p, c.extent);
+            return out;
+        }
+        default: throw unsupported("datatype combiner " + std::to_string(n.combiner) + " is not known to shunt");
+    }
+}
+
+/// Open MPI 5.0 (5.0.8 to 5.0.11 seen; 4.1 is right) packs a run of complex elements that lie a
+/// multiple of their alignment but not of their size apart as if the distance were rounded down
+/// to a multiple of their size: hvector(2, 1, 24 B, MPI_C_DOUBLE_COMPLEX) packs bytes 0-31 where
+/// the typemap says 0-15 and 24-39. Types whose complex elements do not all lie a multiple of
+/// their size apart are left to the library, which then agrees with itself.
+inline void check_library_complex([[maybe_unused]] const type_node& n) {
+#if defined(OPEN_MPI) && OMPI_MAJOR_VERSION >= 5
+    (void)complex_phase_of(n);
+#endif
+}
+
 inline bool order_is_c(std::int64_t order) {
     if (order == MPI_ORDER_C) return true;
     if (order == MPI_ORDER_FORTRAN) return false;
@@ -276,6 +442,15 @@ inline distribution to_distribution(std::int64_t d) {
 
 }  // namespace detail
 
+/// Reads the constructor tree of `t` from `src` (see pmpi_type_source), with the limits and
+/// handle releases of decode_tree(MPI_Datatype). Throws as that does.
+template <class Source>
+type_node decode_tree(Source& src, typename Source::handle t) {
+    if (t == src.null_handle()) throw error("shunt::decode_tree: MPI_DATATYPE_NULL is not a datatype");
+    std::size_t nodes = 0;
+    return detail::decode_node(src, t, 0, nodes);
+}
+
 /// Reads the constructor tree of `t` with PMPI_Type_get_envelope / PMPI_Type_get_contents (the
 /// _c forms with an MPI-4 library). `t` may be committed or not; it is not modified or freed, and
 /// every derived child handle MPI hands out is freed before returning. Throws shunt::unsupported
@@ -284,9 +459,8 @@ inline distribution to_distribution(std::int64_t d) {
 /// rank, any time between MPI_Init and MPI_Finalize. Thread-safe as far as the MPI library allows
 /// concurrent datatype calls (MPI_THREAD_MULTIPLE).
 inline type_node decode_tree(MPI_Datatype t) {
-    if (t == MPI_DATATYPE_NULL) throw error("shunt::decode_tree: MPI_DATATYPE_NULL is not a datatype");
-    std::size_t nodes = 0;
-    return detail::decode_node(t, 0, nodes);
+    pmpi_type_source src;
+    return decode_tree(src, t);
 }
 
 /// The layout of the bytes of one element of `n`, offsets relative to the element's base (the
@@ -421,24 +595,32 @@ inline layout to_layout(const type_node& n) {
         }
         default: throw unsupported("datatype combiner " + std::to_string(n.combiner) + " is not known to shunt");
     }
-    if (l.size() != n.size)
-        throw unsupported("decoded datatype packs " + std::to_string(l.size()) + " bytes where MPI says " +
+    if (const std::int64_t size = detail::checked_size(l); size != n.size)
+        throw unsupported("decoded datatype packs " + std::to_string(size) + " bytes where MPI says " +
                           std::to_string(n.size));
     return l;
 }
 
-/// The canonical form and MPI bounds of `t` (decode_tree, to_layout, simplify). Not cached: see
-/// shunt::type_cache. Throws as decode_tree and to_layout do; thread-safe as decode_tree.
-inline type_info decode(MPI_Datatype t) {
-    const type_node n = decode_tree(t);
+/// decode(MPI_Datatype) of a tree read from `src` (see pmpi_type_source).
+template <class Source>
+type_info decode(Source& src, typename Source::handle t) {
+    const type_node n = decode_tree(src, t);
     type_info info;
     info.form = simplify(to_layout(n));
+    detail::check_library_complex(n);
     info.size = n.size;
     info.lb = n.lb;
     info.extent = n.extent;
     info.true_lb = n.true_lb;
     info.true_extent = n.true_extent;
     return info;
+}
+
+/// The canonical form and MPI bounds of `t` (decode_tree, to_layout, simplify). Not cached: see
+/// shunt::type_cache. Throws as decode_tree and to_layout do; thread-safe as decode_tree.
+inline type_info decode(MPI_Datatype t) {
+    pmpi_type_source src;
+    return decode(src, t);
 }
 
 }  // namespace shunt

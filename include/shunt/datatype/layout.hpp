@@ -83,13 +83,23 @@ inline std::int64_t checked_add(std::int64_t a, std::int64_t b) {
     return r;
 }
 
+/// layout::size() for a layout from untrusted arguments: throws shunt::unsupported where the
+/// bytes do not fit in 64 bits.
+inline std::int64_t checked_size(const layout& l) {
+    std::int64_t s = 0;
+    for (const auto& b : l.blocks) s = checked_add(s, b.length);
+    for (const auto& d : l.dims) s = checked_mul(s, d.count);
+    return s;
+}
+
 /// Merges blocks that touch (b.offset + b.length == next.offset) and drops empty ones.
 inline void merge_blocks(std::vector<block>& bs) {
     std::size_t out = 0;
     for (std::size_t i = 0; i < bs.size(); ++i) {
         if (bs[i].length == 0) continue;
-        if (out > 0 && bs[out - 1].offset + bs[out - 1].length == bs[i].offset)
-            bs[out - 1].length += bs[i].length;
+        std::int64_t end = 0;
+        if (out > 0 && !__builtin_add_overflow(bs[out - 1].offset, bs[out - 1].length, &end) && end == bs[i].offset)
+            bs[out - 1].length = checked_add(bs[out - 1].length, bs[i].length);
         else
             bs[out++] = bs[i];
     }
@@ -102,10 +112,12 @@ inline std::size_t find_period(const std::vector<block>& bs, std::int64_t& delta
     const std::size_t n = bs.size();
     for (std::size_t m = 1; m <= n / 2; ++m) {
         if (n % m != 0) continue;
-        const std::int64_t d = bs[m].offset - bs[0].offset;
-        bool ok = true;
+        // A shift beyond 64 bits is no period (it would not fit a dimension's stride).
+        std::int64_t d = 0, e = 0;
+        bool ok = !__builtin_sub_overflow(bs[m].offset, bs[0].offset, &d);
         for (std::size_t i = m; i < n && ok; ++i)
-            ok = bs[i].length == bs[i - m].length && bs[i].offset - bs[i - m].offset == d;
+            ok = bs[i].length == bs[i - m].length && !__builtin_sub_overflow(bs[i].offset, bs[i - m].offset, &e) &&
+                 e == d;
         if (ok) {
             delta = d;
             return m;
@@ -156,7 +168,8 @@ inline layout simplify(layout l) {
         for (std::size_t k = l.dims.size(); k-- > 1;) {
             const dim inner = l.dims[k];
             dim& outer = l.dims[k - 1];
-            if (outer.stride == inner.count * inner.stride) {
+            std::int64_t tile = 0;  // what the inner dimension spans; beyond 64 bits, no tiling
+            if (!__builtin_mul_overflow(inner.count, inner.stride, &tile) && outer.stride == tile) {
                 outer = {detail::checked_mul(outer.count, inner.count), inner.stride};
                 l.dims.erase(l.dims.begin() + static_cast<std::ptrdiff_t>(k));
                 changed = true;
@@ -184,8 +197,9 @@ inline std::vector<block> flatten(const layout& l, std::size_t cap) {
     std::vector<std::int64_t> idx(l.dims.size(), 0);
     for (;;) {
         std::int64_t base = 0;
-        for (std::size_t k = 0; k < idx.size(); ++k) base += idx[k] * l.dims[k].stride;
-        for (const auto& b : l.blocks) out.push_back({base + b.offset, b.length});
+        for (std::size_t k = 0; k < idx.size(); ++k)
+            base = detail::checked_add(base, detail::checked_mul(idx[k], l.dims[k].stride));
+        for (const auto& b : l.blocks) out.push_back({detail::checked_add(base, b.offset), b.length});
         std::size_t k = idx.size();
         while (k > 0 && ++idx[k - 1] == l.dims[k - 1].count) idx[--k] = 0;
         if (k == 0) break;
@@ -246,7 +260,9 @@ inline layout make_struct(std::span<const std::int64_t> blocklengths, std::span<
                 {detail::checked_add(displs[i], flat[0].offset), detail::checked_mul(blocklengths[i], extents[i])});
             continue;
         }
-        if (l.blocks.size() + flat.size() * static_cast<std::size_t>(blocklengths[i]) > max_flat_blocks)
+        std::size_t more = 0;  // a product past 64 bits would wrap below the cap
+        if (__builtin_mul_overflow(flat.size(), static_cast<std::size_t>(blocklengths[i]), &more) ||
+            l.blocks.size() + more > max_flat_blocks)
             throw unsupported("datatype has too many blocks to flatten");
         for (std::int64_t j = 0; j < blocklengths[i]; ++j) {
             const std::int64_t base = detail::checked_add(displs[i], detail::checked_mul(j, extents[i]));
@@ -263,10 +279,12 @@ inline layout make_hindexed(std::span<const std::int64_t> blocklengths, std::spa
     const std::size_t n = blocklengths.size();
     // Uniform entries (same length, constant step) are a strided dimension: no flattening.
     if (n >= 2) {
-        bool uniform = true;
-        const std::int64_t step = displs[1] - displs[0];
+        // A step beyond 64 bits is no stride: such entries go through make_struct's checks.
+        std::int64_t step = 0, d = 0;
+        bool uniform = !__builtin_sub_overflow(displs[1], displs[0], &step);
         for (std::size_t i = 1; i < n && uniform; ++i)
-            uniform = blocklengths[i] == blocklengths[0] && displs[i] - displs[i - 1] == step;
+            uniform = blocklengths[i] == blocklengths[0] && !__builtin_sub_overflow(displs[i], displs[i - 1], &d) &&
+                      d == step;
         if (uniform && blocklengths[0] > 0)
             return simplify(
                 shift(repeat(repeat(child, blocklengths[0], extent), static_cast<std::int64_t>(n), step), displs[0]));
@@ -323,17 +341,19 @@ inline layout make_darray(std::int64_t rank, std::span<const darray_dim> dims, b
         std::vector<std::int64_t> lens, displs;
         if (d.distrib == distribution::none) {
             lens.push_back(d.gsize), displs.push_back(0);
-        } else if (d.distrib == distribution::block) {
-            const std::int64_t b = d.darg > 0 ? d.darg : (d.gsize + d.psize - 1) / d.psize;
-            const std::int64_t start = coords[k] * b;
+        } else if (d.distrib == distribution::block) {  // ceil(gsize / psize) by default
+            const std::int64_t b = d.darg > 0 ? d.darg : d.gsize / d.psize + (d.gsize % d.psize != 0);
+            const std::int64_t start = detail::checked_mul(coords[k], b);
             const std::int64_t len = std::min(b, d.gsize - start);
-            if (len > 0) lens.push_back(len), displs.push_back(start * stride);
+            if (len > 0) lens.push_back(len), displs.push_back(detail::checked_mul(start, stride));
         } else {
             const std::int64_t b = d.darg > 0 ? d.darg : 1;
-            for (std::int64_t start = coords[k] * b; start < d.gsize; start += b * d.psize) {
+            const std::int64_t step = detail::checked_mul(b, d.psize);
+            for (std::int64_t start = detail::checked_mul(coords[k], b); start < d.gsize;) {
                 lens.push_back(std::min(b, d.gsize - start));
                 displs.push_back(detail::checked_mul(start, stride));
                 if (lens.size() > max_flat_blocks) throw unsupported("darray has too many blocks");
+                if (__builtin_add_overflow(start, step, &start)) break;  // past any gsize
             }
         }
         l = make_hindexed(lens, displs, l, stride);

@@ -34,6 +34,14 @@ namespace shunt {
 ///                                                           decompress-and-accumulate, or the sum of two
 ///                                                           compressed forms, with its default parameters;
 ///                                                           `size` is the tensor's float32 bytes
+///   nccl.<coll>.<algorithm>.<protocol>.r<R>n<N>             NCCL running one collective with that algorithm and
+///                                                           protocol forced (NCCL_ALGO, NCCL_PROTO), R ranks on N
+///                                                           nodes; size: the bytes NCCL gives its tuner (the whole
+///                                                           gathered or scattered buffer for allgather and
+///                                                           reduce_scatter); names in shunt/plan/nccl_tuner.hpp
+///   nccl.<op>.<library|hierarchical>.r<R>n<N>               an NCCL collective run by NCCL or by shunt's
+///                                                           schedule over node and rail communicators, R ranks
+///                                                           on N nodes of equal size (shunt/plan/nccl.hpp)
 namespace table_names {
 inline std::string pack(bool library, bool unpack, std::int64_t block_len) {
     return std::string(unpack ? "unpack." : "pack.") + (library ? "library" : "shunt") + ".b" +

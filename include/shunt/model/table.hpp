@@ -57,7 +57,9 @@ public:
         if (size >= l.size) {
             const auto& p = points_[points_.size() - 2];
             const double slope = std::max(0.0, (l.time - p.time) / (l.size - p.size));
-            return l.time + (size - l.size) * slope;
+            // At the last size itself, its time: an infinite slope (a file's extreme times) times
+            // zero would be NaN.
+            return size == l.size ? l.time : l.time + (size - l.size) * slope;
         }
         auto hi = std::upper_bound(points_.begin(), points_.end(), size,
                                    [](double s, const table_point& q) { return s < q.size; });

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -270,53 +271,14 @@ public:
             e.d.bytes = bytes;
             e.d.live = live;
             e.d.measured.fill(std::numeric_limits<double>::quiet_NaN());
-            // What this rank's model has and predicts, in a vector of fixed length: whether it
-            // lacks a measurement of both methods at this size, whether it lacks each set's
-            // table (the full set's is the full schedule's), then the prediction of the library
-            // and of each set. Agreed (maximum) before anything rests on it: a table counts
-            // only where every rank has it.
-            const double b = static_cast<double>(bytes);
-            const std::size_t n = level_sets_.size();
-            std::vector<double> v(1 + 2 * n + 2);
-            v[0] = measured_by_model(model, op, b) ? 0 : 1;
-            for (std::size_t i = 0; i < n; ++i) {
-                v[1 + i] =
-                    model.find(table_names::collective(op, coll_method::hierarchical, shape_, level_sets_[i])) ? 0 : 1;
-                v[2 + n + i] = predict(model, op, coll_method::hierarchical, b, level_sets_[i]);
-            }
-            v[1 + n] = predict(model, op, coll_method::library, b);
-            // 1 where the analytic library prediction is mostly latency (see the class comment).
-            const analytic_params& ap = model.params();
-            const double lib_all = analytic_collective(ap, op, coll_method::library, shape_, b);
-            const double lib_latency = analytic_collective(ap, op, coll_method::library, shape_, 0);
-            v[2 + 2 * n] = lib_all > 0 && lib_latency > (1 - bandwidth_share) * lib_all ? 1 : 0;
-            if (!forced || n > 1) agree(v.data(), static_cast<int>(v.size()));
-            const bool from_model = !forced && (trials_ == 0 || !live || v[0] == 0);
-            // Sets with a table everywhere compete among themselves (measured against measured)
-            // when the full schedule has one everywhere, else every set on its prediction.
-            const bool tables = v[1] == 0;  // level_sets_[0] is every level
-            std::size_t best = n;
-            for (std::size_t i = 0; i < n; ++i) {
-                if (tables && v[1 + i] != 0) continue;
-                e.d.level_predictions.emplace_back(level_sets_[i], v[2 + n + i]);
-                if (best == n || v[2 + n + i] < v[2 + n + best]) best = i;
-            }
-            e.d.levels = level_sets_[best];
-            e.d.predicted = {v[1 + n], v[2 + n + best]};
-            if (forced) {
-                e.d.method = *forced;
-                e.d.forced = true;
-                e.decided = true;
-            } else if (from_model) {
-                e.d.latency_bound = !live && v[0] != 0 && v[2 + 2 * n] != 0;
-                e.d.method = e.d.latency_bound ? coll_method::library : better(e.d.predicted);
-                e.decided = true;
-            }
+            std::vector<double> v = model_facts(model, op, static_cast<double>(bytes));
+            if (!forced || level_sets_.size() > 1) agree(v.data(), static_cast<int>(v.size()));
+            e.decided = decide_from(v, forced, live, e.d);
         }
         pick p;
         p.levels = e.d.levels;
         if (e.decided) {
-            settle(k, e.d.method);
+            settle(k, e.d.method, e.d.levels);
             ++e.d.taken;
             p.method = e.d.method;
             p.fresh = fresh;
@@ -326,6 +288,60 @@ public:
         p.method = e.runs[0] <= e.runs[1] ? coll_method::library : coll_method::hierarchical;
         p.timed = true;
         return p;
+    }
+
+    /// What this rank's model has and predicts for `op` at `bytes`, in a vector of
+    /// model_facts_length() to be agreed (element-wise maximum over the ranks) before any decision
+    /// rests on it, so a table counts only where every rank has it: whether it lacks a measurement
+    /// of both methods at this size, whether it lacks each set of levels' table (the full set's is
+    /// the full schedule's), the library's prediction, each set's prediction, and whether the
+    /// analytic library prediction is mostly latency (see the class comment).
+    std::vector<double> model_facts(const cost_model& model, coll_op op, double b) const {
+        const std::size_t n = level_sets_.size();
+        std::vector<double> v(model_facts_length());
+        v[0] = measured_by_model(model, op, b) ? 0 : 1;
+        for (std::size_t i = 0; i < n; ++i) {
+            v[1 + i] =
+                model.find(table_names::collective(op, coll_method::hierarchical, shape_, level_sets_[i])) ? 0 : 1;
+            v[2 + n + i] = predict(model, op, coll_method::hierarchical, b, level_sets_[i]);
+        }
+        v[1 + n] = predict(model, op, coll_method::library, b);
+        const analytic_params& ap = model.params();
+        const double lib_all = analytic_collective(ap, op, coll_method::library, shape_, b);
+        const double lib_latency = analytic_collective(ap, op, coll_method::library, shape_, 0);
+        v[2 + 2 * n] = lib_all > 0 && lib_latency > (1 - bandwidth_share) * lib_all ? 1 : 0;
+        return v;
+    }
+    std::size_t model_facts_length() const { return 2 * level_sets_.size() + 3; }
+
+    /// The decision from agreed model_facts(): the set of levels shunt's schedule would run over
+    /// and the predictions into `d`; the method where the model (or `forced`) decides, returning
+    /// true, or false where it must be measured (a `live` call without every rank's measurement,
+    /// on a tuner that measures).
+    bool decide_from(std::span<const double> v, std::optional<coll_method> forced, bool live, coll_decision& d) const {
+        const std::size_t n = level_sets_.size();
+        const bool from_model = !forced && (trials_ == 0 || !live || v[0] == 0);
+        // Sets with a table everywhere compete among themselves (measured against measured)
+        // when the full schedule has one everywhere, else every set on its prediction.
+        const bool tables = v[1] == 0;  // level_sets_[0] is every level
+        std::size_t best = n;
+        d.level_predictions.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+            if (tables && v[1 + i] != 0) continue;
+            d.level_predictions.emplace_back(level_sets_[i], v[2 + n + i]);
+            if (best == n || v[2 + n + i] < v[2 + n + best]) best = i;
+        }
+        d.levels = level_sets_[best];
+        d.predicted = {v[1 + n], v[2 + n + best]};
+        if (forced) {
+            d.method = *forced;
+            d.forced = true;
+            return true;
+        }
+        if (!from_model) return false;
+        d.latency_bound = !live && v[0] != 0 && v[2 + 2 * n] != 0;
+        d.method = d.latency_bound ? coll_method::library : better(d.predicted);
+        return true;
     }
 
     /// The time of a call choose() asked to measure. Returns true when this completed the
@@ -344,7 +360,7 @@ public:
         e.d.measured = agreed;
         e.d.method = better(agreed);
         e.decided = true;
-        settle(key{op, size_class(bytes), true}, e.d.method);
+        settle(key{op, size_class(bytes), true}, e.d.method, e.d.levels);
         return true;
     }
 
@@ -354,6 +370,10 @@ public:
         const std::uint8_t v = settled_[slot(op, size_class(bytes), live)].load(std::memory_order_acquire);
         if (v == 0) return std::nullopt;
         return static_cast<coll_method>(v - 1);
+    }
+    /// The levels of the settled() decision's schedule (read after settled() answered).
+    std::uint32_t settled_levels(coll_op op, std::int64_t bytes, bool live = true) const noexcept {
+        return settled_levels_[slot(op, size_class(bytes), live)].load(std::memory_order_relaxed);
     }
     /// Counts a call that took its settled() decision without choose().
     void count_settled(coll_op op, std::int64_t bytes, bool live = true) noexcept {
@@ -435,7 +455,8 @@ private:
         return (static_cast<std::size_t>(op) * size_classes + static_cast<std::size_t>(size_class)) * 2 +
                (live ? 1 : 0);
     }
-    void settle(const key& k, coll_method m) {
+    void settle(const key& k, coll_method m, std::uint32_t levels) {
+        settled_levels_[slot(k.op, k.size_class, k.live)].store(levels, std::memory_order_relaxed);
         settled_[slot(k.op, k.size_class, k.live)].store(static_cast<std::uint8_t>(static_cast<int>(m) + 1),
                                                          std::memory_order_release);
     }
@@ -456,6 +477,76 @@ private:
     /// took it through settled().
     std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes * 2> settled_{};
     std::array<std::atomic<std::uint64_t>, coll_op_names.size() * size_classes * 2> fast_taken_{};
+    std::array<std::atomic<std::uint32_t>, coll_op_names.size() * size_classes * 2> settled_levels_{};
+};
+
+/// The decisions of one communicator's nonblocking and persistent collectives (MPI_Iallreduce,
+/// MPI_Allreduce_init, ...).
+///
+/// Such a call must not block, so it cannot agree with the other ranks when it is made (they may
+/// be inside other calls, waiting for this one), nor be measured (its time is mostly the
+/// application's overlap); yet every rank must decide alike. So it takes, in this order: the
+/// communicator's settled decision for the operation and size class (collective_tuner::settled,
+/// made by blocking calls at the same point on every rank); else this plan's, which the model
+/// made for every operation and size class once, when the communicator's collectives were set up
+/// (a blocking point every rank takes part in): the facts of collective_tuner::model_facts at the
+/// middle of each size class, agreed in one call, decided as for a call that may not be measured
+/// (measured tables where every rank has them, else the analytic model where data volume
+/// dominates, else the library). `forced` (SHUNT_COLL=shunt) takes shunt's schedule over the
+/// plan's best levels. Immutable after construction: thread-safe.
+class nonblocking_plan {
+public:
+    /// Size classes planned (bytes below 2^max_class); larger calls take the last class's decision.
+    static constexpr int max_class = 42;
+
+    /// Collective over the tuner's communicator: `agree` is called once, on every rank.
+    nonblocking_plan(const collective_tuner& tuner, const cost_model& model, const collective_tuner::agree_fn& agree) {
+        const std::size_t per = tuner.model_facts_length();
+        std::vector<double> v;
+        v.reserve(coll_op_names.size() * max_class * per);
+        for (std::size_t op = 0; op < coll_op_names.size(); ++op)
+            for (int c = 1; c <= max_class; ++c) {
+                const auto f = tuner.model_facts(model, static_cast<coll_op>(op), middle(c));
+                v.insert(v.end(), f.begin(), f.end());
+            }
+        agree(v.data(), static_cast<int>(v.size()));
+        for (std::size_t op = 0; op < coll_op_names.size(); ++op)
+            for (int c = 1; c <= max_class; ++c) {
+                const std::size_t at = (op * max_class + static_cast<std::size_t>(c - 1)) * per;
+                coll_decision d;
+                tuner.decide_from(std::span<const double>(v).subspan(at, per), std::nullopt, false, d);
+                plans_[op * max_class + static_cast<std::size_t>(c - 1)] = {d.method, d.levels};
+            }
+    }
+
+    /// What a nonblocking call runs, and whether it came from a blocking call's settled decision.
+    struct pick {
+        coll_method method = coll_method::library;
+        std::uint32_t levels = ~std::uint32_t{0};
+        bool settled = false;
+    };
+
+    /// The decision for a nonblocking call of `op` moving `bytes` (see the class comment); never
+    /// communicates. `live`: the key of the blocking calls' decisions (exact reductions).
+    pick choose(const collective_tuner& tuner, coll_op op, std::int64_t bytes, bool live,
+                std::optional<coll_method> forced) const noexcept {
+        const entry& e =
+            plans_[static_cast<std::size_t>(op) * max_class +
+                   static_cast<std::size_t>(std::clamp(collective_tuner::size_class(bytes), 1, max_class) - 1)];
+        if (forced) return {*forced, e.levels, false};
+        if (const auto m = tuner.settled(op, bytes, live)) return {*m, tuner.settled_levels(op, bytes, live), true};
+        return {e.method, e.levels, false};
+    }
+
+    /// The bytes a size class is planned at: the middle of [2^(c-1), 2^c).
+    static double middle(int size_class) { return 0.75 * std::ldexp(1.0, size_class); }
+
+private:
+    struct entry {
+        coll_method method = coll_method::library;
+        std::uint32_t levels = ~std::uint32_t{0};
+    };
+    std::array<entry, coll_op_names.size() * max_class> plans_{};
 };
 
 /// The decision of MPI_Alltoallw or MPI_Neighbor_alltoallw on one communicator: shunt's fused
@@ -499,7 +590,7 @@ public:
         const state s = unknown || !work ? state::library : device ? state::shunt : state::measuring;
         state_.store(s, std::memory_order_release);
         if (s == state::measuring) return nullptr;
-        return unknown ? "a datatype shunt does not know on some rank"
+        return unknown  ? "a datatype shunt does not know on some rank"
                : device ? "device buffers on some rank"
                         : "contiguous host data on every rank";
     }

@@ -3,6 +3,7 @@
 
 #include <shunt/config.hpp>
 #include <shunt/model/model.hpp>
+#include <shunt/plan/nccl_tuner.hpp>
 
 #include <array>
 #include <bit>
@@ -28,21 +29,13 @@ inline constexpr std::string_view to_string(nccl_method m) {
     return m == nccl_method::library ? "library" : "hierarchical";
 }
 
-/// The two-level shape of an NCCL communicator: ranks, and ranks per node (every node alike).
-struct nccl_shape {
-    int ranks = 1;
-    int per_node = 1;
-    int nodes() const { return per_node > 0 ? ranks / per_node : 0; }
-    /// "p8.node4": the name part the model's tables use, as coll_shape::signature does.
-    std::string signature() const { return "p" + std::to_string(ranks) + ".node" + std::to_string(per_node); }
-};
-
 namespace table_names {
-/// nccl.<op>.<library|hierarchical>.<signature>: seconds for the operation's bytes (the reduced
-/// vector of allreduce, reduce and broadcast; the whole send buffer of reduce-scatter; the whole
-/// receive buffer of allgather), measured by shunt-measure where GPUs exist.
+/// nccl.<op>.<library|hierarchical>.r<R>n<N> (the shape named as the tuner's tables name it):
+/// seconds for the operation's bytes (the reduced vector of allreduce, reduce and broadcast; the
+/// whole send buffer of reduce-scatter; the whole receive buffer of allgather) on R ranks in N
+/// nodes of equal size, measured where GPUs exist.
 inline std::string nccl(nccl_op op, nccl_method m, const nccl_shape& s) {
-    return "nccl." + std::string(to_string(op)) + "." + std::string(to_string(m)) + "." + s.signature();
+    return "nccl." + std::string(to_string(op)) + "." + std::string(to_string(m)) + "." + s.text();
 }
 /// True for the tables of NCCL decisions (nccl_digest covers them).
 inline bool is_nccl(std::string_view name) { return name.starts_with("nccl."); }

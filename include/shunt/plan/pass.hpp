@@ -26,13 +26,17 @@ enum class pass_reason : std::uint8_t {
     ///< point-to-point call of zero elements or with MPI_PROC_NULL
     contiguous,  ///< point-to-point data that is one contiguous run in host memory: nothing to pack
     grouped,  ///< an NCCL call inside ncclGroupStart/ncclGroupEnd: NCCL keeps the group's semantics
+    /// a nonblocking or persistent collective on a communicator shunt has not set up yet (no
+    /// blocking collective ran on it: setting up would block)
+    not_set_up,
 };
-inline constexpr std::array<const char*, 15> pass_reason_names = {
+inline constexpr std::array<const char*, 16> pass_reason_names = {
     "none",         "mpi-not-running", "bad-argument",   "forced-library",  "rejected-by-library",
     "unknown-type", "too-large",       "would-truncate", "planned-library", "internal-error",
-    "unsupported",  "measuring",       "nothing-to-do",  "contiguous",      "in-a-group"};
+    "unsupported",  "measuring",       "nothing-to-do",  "contiguous",      "in-a-group",
+    "not-set-up"};
 inline constexpr std::size_t pass_reason_count = pass_reason_names.size();
-static_assert(static_cast<std::size_t>(pass_reason::grouped) + 1 == pass_reason_count,
+static_assert(static_cast<std::size_t>(pass_reason::not_set_up) + 1 == pass_reason_count,
               "every pass_reason needs a name");
 
 }  // namespace shunt

@@ -224,7 +224,11 @@ public:
     /// building it on first use (collective then) and again when the description changes.
     /// Valid until comm is freed; freed with it (attribute caching with a delete callback).
     /// Every rank of comm must call it with the same text. Not for MPI_COMM_NULL.
-    static const topology& of(MPI_Comm comm, std::string_view spec_text);
+    static const topology& of(MPI_Comm comm, std::string_view spec_text) { return *shared_of(comm, spec_text); }
+    /// of(), shared: the topology (its private communicators included) lives on after comm is
+    /// freed, for as long as the pointer is held (a nonblocking collective still running on it).
+    /// Release it before MPI_Finalize.
+    static std::shared_ptr<const topology> shared_of(MPI_Comm comm, std::string_view spec_text);
 
     /// Number of ranks and the calling rank, as in the user communicator.
     int size() const { return size_; }
@@ -299,8 +303,11 @@ private:
 
 namespace detail {
 
+/// The attribute value: the cached topology, shared with whoever still holds it.
+using topology_box = std::shared_ptr<topology>;
+
 inline int topology_delete_fn(MPI_Comm, int, void* value, void*) {
-    delete static_cast<topology*>(value);
+    delete static_cast<topology_box*>(value);
     return MPI_SUCCESS;
 }
 
@@ -333,20 +340,25 @@ inline void release_world_topology_at_finalize() {
 
 }  // namespace detail
 
-inline const topology& topology::of(MPI_Comm comm, std::string_view spec_text) {
+inline std::shared_ptr<const topology> topology::shared_of(MPI_Comm comm, std::string_view spec_text) {
     const int keyval = detail::topology_keyval();
     void* value = nullptr;
     int found = 0;
     SHUNT_CHECK_MPI(PMPI_Comm_get_attr(comm, keyval, &value, &found));
-    if (found && value && static_cast<topology*>(value)->source_ == spec_text) return *static_cast<topology*>(value);
+    if (found && value) {
+        const auto& held = *static_cast<detail::topology_box*>(value);
+        if (held && held->source_ == spec_text) return held;
+    }
     topology_spec spec = parse_topology_spec(spec_text);
     int world_cmp = MPI_UNEQUAL;
     SHUNT_CHECK_MPI(PMPI_Comm_compare(comm, MPI_COMM_WORLD, &world_cmp));
     if (world_cmp == MPI_IDENT) detail::release_world_topology_at_finalize();
-    auto topo = std::make_unique<topology>(comm, spec);
-    topo->source_ = std::string(spec_text);
-    SHUNT_CHECK_MPI(PMPI_Comm_set_attr(comm, keyval, topo.get()));  // deletes a previous one
-    return *topo.release();
+    auto box = std::make_unique<detail::topology_box>(std::make_shared<topology>(comm, spec));
+    (*box)->source_ = std::string(spec_text);
+    std::shared_ptr<const topology> out = *box;
+    SHUNT_CHECK_MPI(PMPI_Comm_set_attr(comm, keyval, box.get()));  // deletes a previous one
+    box.release();
+    return out;
 }
 
 }  // namespace shunt

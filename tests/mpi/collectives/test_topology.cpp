@@ -371,7 +371,10 @@ TEST_CASE("without a GPU the default description gives today's levels") {
         const std::pair<const char*, const char*> cases[] = {{"package=auto;node=auto;switch=slurm", ""},
                                                              {"package=1;node=2", "gpu=auto;package=1;node=2"},
                                                              {"node=2;switch=4", "gpu=auto;node=2;switch=4"}};
-        for (const auto& [before, after] : cases) {
+        for (const auto& c : cases) {
+            // Named, not a structured binding: CAPTURE's lambda cannot take those before clang 16.
+            const char* const before = c.first;
+            const char* const after = c.second;
             CAPTURE(after);
             std::optional<shunt::topology> old_topo, new_topo;
             old_topo.emplace(MPI_COMM_WORLD, shunt::parse_topology_spec(before));

@@ -139,6 +139,34 @@ TEST_CASE("SHUNT_LOG grammar") {
     CHECK(log_kind::format(s) == "debug:decide");
 }
 
+TEST_CASE("SHUNT_COMPRESS: off, auto, or a list of compressor names") {
+    using detail::compress_kind;
+    CHECK_FALSE(parse({}).values.compress.on);  // lossy only by consent
+    compress_consent c;
+    REQUIRE(compress_kind::parse("auto", c));
+    CHECK((c.on && c.methods == compress_auto_methods));
+    REQUIRE(compress_kind::parse("INT8,fp16", c));
+    CHECK((c.on && c.methods == 0b101));
+    CHECK(compress_kind::format(c) == "fp16,int8");
+    REQUIRE(compress_kind::parse("sign", c));
+    CHECK(c.methods == 1u << 6);
+    REQUIRE(compress_kind::parse("Off", c));
+    CHECK_FALSE(c.on);
+    CHECK(compress_kind::format(c) == "off");
+    for (const char* bad : {"zip", "fp16,,int8", "fp16,", ",int8", "fp32", "auto,int8", "on"}) {
+        CAPTURE(bad);
+        CHECK_FALSE(accepts<compress_kind>(bad));
+    }
+    const config_snapshot s = parse({"SHUNT_COMPRESS=int4,topk", "SHUNT_COMPRESS_WARMUP=0",
+                                     "SHUNT_COMPRESS_MIN_BYTES=1M", "SHUNT_COMPRESS_CHECK=10"});
+    CHECK(s.warnings.empty());
+    CHECK(s.values.compress.methods == 0b101000);
+    CHECK(s.values.compress_warmup == 0);
+    CHECK(s.values.compress_min_bytes == 1 << 20);
+    CHECK(s.values.compress_check == 10);
+    CHECK(parse({"SHUNT_COMPRESS_WARMUP=-1"}).warnings.size() == 1);
+}
+
 TEST_CASE("integers: range, binary suffixes, overflow and junk rejected") {
     using k = detail::integer_kind<0, (std::int64_t{1} << 40)>;
     std::int64_t v = 0;

@@ -5,6 +5,8 @@
 
 #include <shunt/model/table.hpp>
 
+#include <limits>
+
 using namespace shunt;
 
 TEST_CASE("time_table interpolates in log-log space between measured points") {
@@ -21,6 +23,13 @@ TEST_CASE("time_table extrapolation: latency floor below, last bandwidth above")
     CHECK(t.predict(4000) == approx(5e-6));  // slope 1e-9 s/B from the last segment
     const time_table flat({{1000, 5e-6, 0}, {2000, 4e-6, 0}});
     CHECK(flat.predict(1e6) == approx(4e-6));  // never below the last time
+}
+
+TEST_CASE("time_table: the last size of a table whose last slope overflows predicts its time (found by fuzz_model)") {
+    // A loadable model file's times: finite, but their slope is infinite, and 0 x inf is NaN.
+    const time_table t({{0.896, 1.4e219, 0}, {1.0, 1.7976931348623157e308, 1}});
+    CHECK(t.predict(1.0) == 1.7976931348623157e308);
+    CHECK(t.predict(2.0) == std::numeric_limits<double>::infinity());
 }
 
 TEST_CASE("time_table drops invalid points and keeps one point per size") {

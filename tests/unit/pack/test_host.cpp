@@ -23,6 +23,7 @@ using shunt::layout;
 namespace {
 
 const layout byte_form{{}, {{0, 1}}};
+const layout int_form{{}, {{0, 4}}};
 
 }  // namespace
 
@@ -634,4 +635,58 @@ TEST_CASE("host packer: unpack_short writes exactly the block, for every length 
             }
             CHECK(wrong == 0);
         }
+}
+
+// Regressions found by tests/fuzz/fuzz_datatype (their inputs are replayed by the fuzz/datatype
+// test): offsets, strides and sizes beyond 64 bits must be refused or kept exact, never wrapped.
+
+TEST_CASE("simplify: blocks whose end passes 2^63 do not merge with a block at -2^63") {
+    constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+    constexpr std::int64_t bottom = std::numeric_limits<std::int64_t>::min();
+    const layout l{{}, {{top, 1}, {bottom, 1}}};
+    CHECK(shunt::simplify(l) == l);  // neither touching (the end wraps) nor periodic (the shift overflows)
+}
+
+TEST_CASE("make_hindexed: displacements 2^63 or more apart are no stride") {
+    constexpr std::int64_t bottom = std::numeric_limits<std::int64_t>::min();
+    const std::vector<std::int64_t> lengths{1, 1}, displs{bottom, 1};
+    const layout l = shunt::make_hindexed(lengths, displs, int_form, 4);
+    CHECK(shunt::flatten(l) == std::vector<block>{{bottom, 4}, {1, 4}});
+}
+
+TEST_CASE("simplify: dimensions tile only where the inner span fits in 64 bits") {
+    // 2 x 2^62 wraps to -2^63, the outer stride: not a tiling.
+    constexpr std::int64_t bottom = std::numeric_limits<std::int64_t>::min();
+    const layout l{{{32768, bottom}, {2, std::int64_t{1} << 62}}, {{0, 1}}};
+    CHECK(shunt::simplify(l) == l);
+}
+
+TEST_CASE("flatten: a block offset beyond 64 bits is unsupported") {
+    constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
+    CHECK_THROWS_AS(shunt::flatten(layout{{{2, top}}, {{1, 1}}}), shunt::unsupported);
+    CHECK_THROWS_AS(shunt::simplify(layout{{{2, top}}, {{1, 1}}}), shunt::unsupported);
+}
+
+TEST_CASE("make_darray: a block distribution's offset beyond 64 bits is unsupported") {
+    // Rank 1 of 2 owns elements 2 and 3, at 2 x 2^62 bytes: past 2^63.
+    const std::vector<shunt::darray_dim> dims{{4, shunt::distribution::block, 0, 2}};
+    CHECK_THROWS_AS(shunt::make_darray(1, dims, true, byte_form, std::int64_t{1} << 62), shunt::unsupported);
+}
+
+TEST_CASE("make_darray: a cyclic distribution stops where the next block start passes 2^63") {
+    // Blocks of 2^61 elements dealt to 2 ranks over 2^63 - 1: rank 1 owns 2^61.. and 3 x 2^61..
+    // (one short, at the end); the next start, 5 x 2^61, is past 64 bits.
+    constexpr std::int64_t b = std::int64_t{1} << 61;
+    const std::vector<shunt::darray_dim> dims{
+        {std::numeric_limits<std::int64_t>::max(), shunt::distribution::cyclic, b, 2}};
+    CHECK(shunt::flatten(shunt::make_darray(1, dims, true, byte_form, 1)) ==
+          std::vector<block>{{b, b}, {3 * b, b - 1}});
+}
+
+TEST_CASE("make_struct: a block count whose blocks pass 2^64 is unsupported, not flattened") {
+    // 2^61 copies of a child of 8 separate blocks: 2^64 blocks, which wrapped to 0 in the cap's test.
+    const layout eight{{}, {{0, 1}, {2, 1}, {4, 1}, {6, 1}, {8, 1}, {10, 1}, {12, 1}, {14, 1}}};
+    const std::vector<std::int64_t> lengths{std::int64_t{1} << 61, 1}, displs{0, 0}, extents{16, 4};
+    const std::vector<const layout*> children{&eight, &int_form};
+    CHECK_THROWS_AS(shunt::make_struct(lengths, displs, children, extents), shunt::unsupported);
 }

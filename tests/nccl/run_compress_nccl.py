@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""tests/nccl/run_compress_nccl.py: gradient compression of ncclAllReduce under the preload, on compress_nccl.cpp
+(an NCCL loop of float gradients checked against the sums it computes itself) and the CPU double of NCCL.
+
+  run_compress_nccl.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --ranks N PROGRAM
+
+Each run has the built-in model (an empty cache directory) and these expectations:
+- no SHUNT_COMPRESS: every result equals the program's sum bit for bit, and no compression line;
+- with 4 ranks or more, SHUNT_COMPRESS=auto on a virtual topology of 2 nodes (SHUNT_TOPOLOGY=node=N/2):
+  results within the bound, not exact (the values do not fit FP16), equal on every rank; the decide
+  log shows one plan of the 4 consented calls per step whose loss of one float is kept exact and
+  whose gradient of 2^20 floats is compressed; every rank's report counts the same compressed calls
+  (at least 9: 12 steps, 3 exact before the plan) and no fallback; the grouped, the ncclMax and the
+  int32 sums stay exact (the program checks them);
+- the same with SHUNT_COMPRESS_WARMUP=20 (more than the run's steps): nothing compressed;
+- the same with a NaN at step 8 on one rank: that call exact (NaN where it was, the rest exact), one
+  warning, one fallback counted on every rank;
+- with fewer than 4 ranks: SHUNT_COMPRESS=off compresses nothing, and SHUNT_COMPRESS=auto on one node
+  (no topology: no link to save) plans every call exact, every result bit for bit.
+Exit status: 0 pass, 1 fail.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TIMEOUT = 300
+
+
+def fail(what, p=None):
+    print(f"FAIL: {what}", file=sys.stderr)
+    if p is not None:
+        print(f"  exit {p.returncode}\n  stdout:\n{p.stdout}\n  stderr:\n{p.stderr[-6000:]}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mpiexec", required=True)
+    ap.add_argument("--mpiexec-arg", action="append", default=[])
+    ap.add_argument("--flavour", choices=["openmpi", "mpich"], required=True)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("program")
+    args = ap.parse_args()
+    ranks = args.ranks
+
+    cache = tempfile.mkdtemp(prefix="shunt-compress-nccl-test-")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SHUNT_") and k != "LD_PRELOAD"}
+    base["XDG_CACHE_HOME"] = cache
+    base.setdefault("NCCL_DOUBLE_TIMEOUT", "60")
+
+    def run(program_args, **shunt):
+        cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", str(ranks)]
+        cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
+        env = dict(base, SHUNT_REPORT="rank", **{"SHUNT_" + k.upper(): str(v) for k, v in shunt.items()})
+        try:
+            p = subprocess.run(cmd + [os.path.abspath(args.program)] + program_args, capture_output=True, text=True,
+                               env=env, timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            fail(f"{' '.join(program_args)} at {ranks} ranks with {shunt}: timed out after {TIMEOUT} s")
+        what = f"compress-nccl {' '.join(program_args)} at {ranks} ranks with {shunt}"
+        if p.returncode != 0:
+            fail(what + ": exit status", p)
+        return p, what
+
+    def compressed_counts(p, what):
+        counts = [int(m) for m in re.findall(r"compression: (\d+) calls compressed", p.stderr)]
+        if len(counts) != ranks:
+            fail(f"{what}: {len(counts)} compression report lines, expected {ranks}", p)
+        return counts
+
+    # Off by default: exact, no compression line.
+    p, what = run(["exact"])
+    if "compression:" in p.stderr:
+        fail(f"{what}: a compression report without consent", p)
+    print(f"ok: {what}: {p.stdout.strip()}")
+    if ranks < 4:
+        p, what = run(["exact"], compress="off")
+        if "compression:" in p.stderr:
+            fail(f"{what}: a compression report with SHUNT_COMPRESS=off", p)
+        print(f"ok: {what}: {p.stdout.strip()}")
+        # One node: no link to save, the plan keeps everything exact (the program checks bit for bit).
+        p, what = run(["exact"], compress="auto", log="debug:decide")
+        plans = re.findall(r"NCCL compression plan for a pattern of (\d+) ncclAllReduce calls .*: (\d+) compressed",
+                           p.stderr)
+        if len(plans) != 1 or plans[0] != ("4", "0") or max(compressed_counts(p, what)) != 0:
+            fail(f"{what}: expected one plan of 4 calls with nothing compressed, got {plans}", p)
+        print(f"ok: {what}: one plan, nothing compressed; {p.stdout.strip()}")
+        return
+
+    two_nodes = dict(compress="auto", topology=f"node={max(1, ranks // 2)}")
+    p, what = run(["lossy"], log="debug:decide", **two_nodes)
+    plans = re.findall(r"NCCL compression plan for a pattern of (\d+) ncclAllReduce calls on (\d+) ranks "
+                       r"in nodes of (\d+) \((\w+) buffers\): (\d+) compressed", p.stderr)
+    if len(plans) != 1 or plans[0][0] != "4" or plans[0][3] != "host":
+        fail(f"{what}: expected one plan of 4 calls on host buffers, got {plans}", p)
+    positions = re.findall(r"position \d+: ncclAllReduce of (\d+) floats -> ([^(]+)\(", p.stderr)
+    if len(positions) != 4:
+        fail(f"{what}: {len(positions)} positions in the plan's log, expected 4", p)
+    for n, option in positions:
+        if int(n) == 1 and option.strip() != "exact":
+            fail(f"{what}: the loss of one float is planned {option}", p)
+        if int(n) >= 1 << 20 and option.strip() == "exact":
+            fail(f"{what}: the gradient of {n} floats is kept exact", p)
+    counts = compressed_counts(p, what)
+    if min(counts) < 9 or len(set(counts)) != 1:
+        fail(f"{what}: compressed calls per rank {counts}, expected at least 9 and equal", p)
+    if re.search(r"[1-9]\d* non-finite fallbacks", p.stderr):
+        fail(f"{what}: a fallback without NaN", p)
+    # The compressors' bound is the program's; a compressed sum cannot be exact (see its values).
+    error = re.search(r"largest relative error ([0-9.e+-]+)", p.stdout)
+    if error is None or not 0 < float(error.group(1)) < 5e-2:
+        fail(f"{what}: the largest relative error {error and error.group(1)} is not in (0, 5e-2)", p)
+    chosen = sorted({o.strip() for _, o in positions})
+    print(f"ok: {what}: {counts[0]} calls compressed per rank; plan {plans[0]}, options {chosen}; "
+          f"{p.stdout.strip()}")
+
+    # A warm-up longer than the run.
+    p, what = run(["lossy"], compress_warmup=20, **two_nodes)
+    if max(compressed_counts(p, what)) != 0:
+        fail(f"{what}: compressed within the warm-up", p)
+    print(f"ok: {what}: nothing compressed")
+
+    # NaN at step 8 on one rank: that call exact, one warning, one fallback on every rank.
+    p, what = run(["lossy", "8"], **two_nodes)
+    if len(re.findall(r"NaN or Inf in a compressed reduction", p.stderr)) != 1:
+        fail(f"{what}: expected one warning", p)
+    if len(re.findall(r" 1 non-finite fallbacks", p.stderr)) != ranks:
+        fail(f"{what}: expected one fallback on every rank", p)
+    print(f"ok: {what}: one warning, one fallback per rank; {p.stdout.strip()}")
+
+
+if __name__ == "__main__":
+    main()
