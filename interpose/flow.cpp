@@ -12,11 +12,13 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -61,6 +63,7 @@ int env_count(std::initializer_list<std::string_view> names) {
     return 0;
 }
 
+#if defined(OMPI_MAJOR_VERSION)  // Open MPI's TCP interfaces, as its component picks them
 std::vector<std::string> split_list(std::string_view t) {
     std::vector<std::string> out;
     for (std::string_view item : flow::detail::split(t, ',')) {
@@ -126,6 +129,7 @@ std::vector<std::string> openmpi_tcp_interfaces() {
     }
     return out;
 }
+#endif  // OMPI_MAJOR_VERSION
 
 /// Sets each variable unless the user has (or it may replace it); records what it did.
 void set_all(lane_setup& s, const std::vector<flow::env_setting>& list) {
@@ -280,9 +284,9 @@ void log_flow_lanes() noexcept {
         if (rank == 0 && log_enabled(log_level::info, log_category::decide)) {
             const char* how = s.plan.pinned ? "pinned (each on its spine's address plane)" : "hashed by the switches";
             log_info(log_category::decide, "flow: %d lane%s per peer, %s; %s", s.plan.k, s.plan.k == 1 ? "" : "s", how,
-                     s.plan.phases.empty()       ? "k as SHUNT_FLOW gives it"
-                     : s.plan.reached            ? "every planned phase reaches spraying's maximum load"
-                                                 : "some phase stays above spraying's maximum load");
+                     s.plan.phases.empty() ? "k as SHUNT_FLOW gives it"
+                     : s.plan.reached      ? "every planned phase reaches spraying's maximum load"
+                                           : "some phase stays above spraying's maximum load");
             for (const auto& p : s.plan.phases)
                 log_debug(log_category::decide,
                           "flow: %s: max load spraying %.4g, ECMP expected %.4g, planned %.4g (minimal k %d)",

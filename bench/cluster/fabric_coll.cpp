@@ -83,7 +83,8 @@ std::vector<double> uplink_bytes(const description& d, int leaf) {
     std::vector<double> out(static_cast<std::size_t>(d.spines), 0.0);
     std::string err;
     std::thread t([&] {
-        const int fd = ::open(("/run/netns/" + d.leaf_ns[static_cast<std::size_t>(leaf)]).c_str(), O_RDONLY | O_CLOEXEC);
+        const int fd =
+            ::open(("/run/netns/" + d.leaf_ns[static_cast<std::size_t>(leaf)]).c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
             err = std::string("cannot enter the leaf's namespace: ") + std::strerror(errno);
             if (fd >= 0) ::close(fd);
@@ -100,7 +101,8 @@ std::vector<double> uplink_bytes(const description& d, int leaf) {
             if (a->ifa_name[0] != 's') continue;
             const int s = std::atoi(a->ifa_name + 1);
             if (s >= 0 && s < d.spines)
-                out[static_cast<std::size_t>(s)] = static_cast<double>(static_cast<rtnl_link_stats*>(a->ifa_data)->tx_bytes);
+                out[static_cast<std::size_t>(s)] =
+                    static_cast<double>(static_cast<rtnl_link_stats*>(a->ifa_data)->tx_bytes);
         }
         ::freeifaddrs(list);
     });
@@ -283,15 +285,19 @@ int main(int argc, char** argv) {
         if (me == 0) c0 = uplink_bytes(d, la);
         MPI_Barrier(MPI_COMM_WORLD);
         if (me == a) MPI_Send(probe.data(), static_cast<int>(probe.size()), MPI_BYTE, b, 9, MPI_COMM_WORLD);
-        if (me == b) MPI_Recv(probe.data(), static_cast<int>(probe.size()), MPI_BYTE, a, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (me == b)
+            MPI_Recv(probe.data(), static_cast<int>(probe.size()), MPI_BYTE, a, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         MPI_Barrier(MPI_COMM_WORLD);
         if (me == 0) {
             const auto c1 = uplink_bytes(d, la);
             double total = 0;
             sh.assign(static_cast<std::size_t>(d.spines), 0.0);
-            for (int s = 0; s < d.spines; ++s) total += sh[static_cast<std::size_t>(s)] = c1[static_cast<std::size_t>(s)] - c0[static_cast<std::size_t>(s)];
+            for (int s = 0; s < d.spines; ++s)
+                total += sh[static_cast<std::size_t>(s)] =
+                    c1[static_cast<std::size_t>(s)] - c0[static_cast<std::size_t>(s)];
             // The probe's bytes (plus headers) must be there, and little else.
-            if (total < 0.95 * static_cast<double>(probe.size()) || total > 1.3 * static_cast<double>(probe.size()) + 65536)
+            if (total < 0.95 * static_cast<double>(probe.size()) ||
+                total > 1.3 * static_cast<double>(probe.size()) + 65536)
                 paths_clean = false;
             for (double& x : sh) x = total > 0 ? x / total : 0;
             if (pinned_ok == 1) {
@@ -362,7 +368,8 @@ int main(int argc, char** argv) {
             std::snprintf(item, sizeof item, " %d>%d:", pair.first, pair.second);
             paths += item;
             for (int s = 0; s < d.spines; ++s) {
-                std::snprintf(item, sizeof item, "%s%ld", s ? "/" : "", std::lround(100 * sh[static_cast<std::size_t>(s)]));
+                std::snprintf(item, sizeof item, "%s%ld", s ? "/" : "",
+                              std::lround(100 * sh[static_cast<std::size_t>(s)]));
                 paths += item;
             }
         }

@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 
 enum { ROUNDS = 5, TAGS = 3 };
-static const int sizes[] = {1, 100, 65536, 300000, 8 << 20};  /* eager, rendezvous, pipelined */
+static const int sizes[] = {1, 100, 65536, 300000, 8 << 20}; /* eager, rendezvous, pipelined */
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 
 static unsigned char byte_at(int from, int round, int tag, long i) {
@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
                 int count = -1;
                 MPI_Get_count(&st, MPI_BYTE, &count);
                 const int tag = st.MPI_TAG;
-                if (st.MPI_SOURCE != peer || count != sizes[s] || tag < 0 || tag >= TAGS || (!wild && tag != want_tag)) {
+                if (st.MPI_SOURCE != peer || count != sizes[s] || tag < 0 || tag >= TAGS ||
+                    (!wild && tag != want_tag)) {
                     fprintf(stderr, "rank %d: round %d size %d: status source %d tag %d count %d\n", rank, round,
                             sizes[s], st.MPI_SOURCE, tag, count);
                     ++failures;
@@ -117,7 +118,7 @@ int main(int argc, char** argv) {
                         ++failures;
                         break;
                     }
-                if (in[sizes[s]] != 0) ++failures;  /* nothing written past the message */
+                if (in[sizes[s]] != 0) ++failures; /* nothing written past the message */
             }
             MPI_Waitall(TAGS, reqs, MPI_STATUSES_IGNORE);
             for (int t = 0; t < TAGS; ++t) free(bufs[t]);
@@ -146,10 +147,11 @@ int main(int argc, char** argv) {
     const int busy = busy_between(at_start, after_p2p, bulk / (2 * k));
     const int busy_coll = busy_between(after_p2p, after_coll, (uint64_t)n * sizeof(double) / 2 / (2 * k));
     if (expect > 0 && (busy != expect || busy_coll != expect)) {
-        fprintf(stderr,
-                "rank %d: %d TCP connections carried half an even share of the %llu point-to-point bulk bytes and %d of "
-                "the allreduce's, expected %d\n",
-                rank, busy, (unsigned long long)bulk, busy_coll, expect);
+        fprintf(
+            stderr,
+            "rank %d: %d TCP connections carried half an even share of the %llu point-to-point bulk bytes and %d of "
+            "the allreduce's, expected %d\n",
+            rank, busy, (unsigned long long)bulk, busy_coll, expect);
         ++failures;
     }
     free(x);

@@ -209,7 +209,8 @@ inline std::vector<int> job_ranks(const fabric_description& d, int ranks, int pe
     const int per = hosts_per_leaf(d);
     std::vector<int> hosts;
     for (std::size_t l = 0; l < d.leaves.size(); ++l)
-        for (std::size_t i = 0; i < d.leaves[l].size(); ++i) hosts.push_back(static_cast<int>(l) * per + static_cast<int>(i));
+        for (std::size_t i = 0; i < d.leaves[l].size(); ++i)
+            hosts.push_back(static_cast<int>(l) * per + static_cast<int>(i));
     const std::int64_t need = (static_cast<std::int64_t>(ranks) + per_host - 1) / per_host;
     if (need > static_cast<std::int64_t>(hosts.size()))
         throw error("flow lanes: " + std::to_string(ranks) + " ranks at " + std::to_string(per_host) +
@@ -243,8 +244,7 @@ inline std::vector<phase> job_phases(const fabric& fab, std::span<const int> ran
 inline std::vector<int> receive_spines(int index, int k, int spines) {
     if (k < 1 || k > spines || spines < 1 || index < 0) throw error("flow lanes: receive planes need 1 <= k <= spines");
     std::vector<int> out;
-    for (int j = 0; j < k; ++j)
-        out.push_back(static_cast<int>((static_cast<std::int64_t>(index) * k + j) % spines));
+    for (int j = 0; j < k; ++j) out.push_back(static_cast<int>((static_cast<std::int64_t>(index) * k + j) % spines));
     return out;
 }
 

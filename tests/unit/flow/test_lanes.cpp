@@ -19,7 +19,13 @@ fabric_description grid(int leaves, int n, int spines, bool planes = true) {
     d.spines = spines;
     for (int l = 0; l < leaves; ++l) {
         d.leaves.emplace_back();
-        for (int i = 0; i < n; ++i) d.leaves.back().push_back("l" + std::to_string(l) + "h" + std::to_string(i));
+        for (int i = 0; i < n; ++i) {
+            std::string name = "l";  // appended piece by piece: GCC 12 warns (-Wrestrict) on "l" + std::string
+            name += std::to_string(l);
+            name += 'h';
+            name += std::to_string(i);
+            d.leaves.back().push_back(name);
+        }
     }
     if (planes) d.planes = "pl";
     return d;
@@ -71,7 +77,8 @@ double even(const fabric& fab, const phase& ph) {
     double m = 0;
     for (auto& [l, b] : out) m = std::max(m, b);
     for (auto& [l, b] : in) m = std::max(m, b);
-    return std::max(m / fab.spines() / fab.capacity(fab.uplink(0, 0)), nic_worst(fab, count_receive_planes(fab, ph, 1)));
+    return std::max(m / fab.spines() / fab.capacity(fab.uplink(0, 0)),
+                    nic_worst(fab, count_receive_planes(fab, ph, 1)));
 }
 
 }  // namespace
@@ -190,8 +197,7 @@ TEST_CASE("k = S spreads any phase evenly; a forced k is evaluated as given") {
     const auto ranks = job_ranks(d, 15, 1);
     auto phases = job_phases(fab, ranks);
     phases.push_back(permutation(fab, ranks, 3e6, 7)[0]);
-    for (const auto& ph : phases)
-        CHECK(worst(fab, count_receive_planes(fab, ph, 4)) == doctest::Approx(even(fab, ph)));
+    for (const auto& ph : phases) CHECK(worst(fab, count_receive_planes(fab, ph, 4)) == doctest::Approx(even(fab, ph)));
     const lane_plan forced = plan_lanes(fab, phases, 1);
     CHECK(forced.k == 1);
     CHECK_FALSE(forced.reached);  // one plane per host cannot spread 3 hosts over 4 spines
