@@ -7,6 +7,7 @@
 #include <shunt/model/file.hpp>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -196,6 +197,19 @@ bool plan_job(const settings& cfg, lane_setup& s) {
     return true;
 }
 
+#if !defined(OMPI_MAJOR_VERSION)
+/// Whether the host has InfiniBand or RoCE devices (what UCX's IB transports would use).
+bool has_rdma_devices() {
+    DIR* d = ::opendir("/sys/class/infiniband");
+    if (d == nullptr) return false;
+    bool any = false;
+    while (const dirent* e = ::readdir(d))
+        if (e->d_name[0] != '.') any = true;
+    ::closedir(d);
+    return any;
+}
+#endif
+
 /// The MPI library's knobs for the plan.
 void apply_mpi(lane_setup& s) {
     const bool pinned = s.plan.pinned;
@@ -207,7 +221,7 @@ void apply_mpi(lane_setup& s) {
     }
     set_all(s, flow::openmpi_lane_settings(s.plan.k, pinned, s.interfaces));
 #else
-    set_all(s, flow::ucx_lane_settings(s.plan.k, pinned, s.interfaces));
+    set_all(s, flow::ucx_lane_settings(s.plan.k, pinned, s.interfaces, has_rdma_devices()));
 #endif
     s.active = !s.applied.empty();
 }
@@ -283,10 +297,14 @@ void log_flow_lanes() noexcept {
         }
         if (rank == 0 && log_enabled(log_level::info, log_category::decide)) {
             const char* how = s.plan.pinned ? "pinned (each on its spine's address plane)" : "hashed by the switches";
-            log_info(log_category::decide, "flow: %d lane%s per peer, %s; %s", s.plan.k, s.plan.k == 1 ? "" : "s", how,
+            // Rank 0's own settings stand for the job's (k = 1 hashed, or a transport without
+            // the knob, sets nothing anywhere).
+            log_info(log_category::decide, "flow: %d lane%s per peer, %s; %s%s", s.plan.k, s.plan.k == 1 ? "" : "s",
+                     how,
                      s.plan.phases.empty() ? "k as SHUNT_FLOW gives it"
                      : s.plan.reached      ? "every planned phase reaches spraying's maximum load"
-                                           : "some phase stays above spraying's maximum load");
+                                           : "some phase stays above spraying's maximum load",
+                     s.active ? "" : "; nothing to set for this library here");
             for (const auto& p : s.plan.phases)
                 log_debug(log_category::decide,
                           "flow: %s: max load spraying %.4g, ECMP expected %.4g, planned %.4g (minimal k %d)",

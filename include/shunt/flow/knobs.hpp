@@ -78,10 +78,13 @@ inline std::vector<env_setting> openmpi_lane_settings(int k, bool pinned, std::s
 /// devices (UCX_NET_DEVICES; over TCP each device's connection is bound to its address).
 /// `hashed`: UCX_IB_NUM_PATHS connections per InfiniBand/RoCE port (RoCE v2: each queue pair its
 /// own UDP source port, hashed by the switches; InfiniBand: LID path bits); UCX's TCP transport
-/// opens one connection per device, so over TCP a hashed split needs several devices.
-inline std::vector<env_setting> ucx_lane_settings(int k, bool pinned, std::span<const std::string> interfaces) {
+/// opens one connection per device, so over TCP a hashed split needs several devices. `rdma`:
+/// the host has InfiniBand/RoCE devices; without them hashed sets nothing (UCX would warn that
+/// UCX_IB_NUM_PATHS is unused, and its TCP lanes are the devices it already has).
+inline std::vector<env_setting> ucx_lane_settings(int k, bool pinned, std::span<const std::string> interfaces,
+                                                  bool rdma) {
     std::vector<env_setting> out;
-    if (k <= 1 && !pinned) return out;
+    if (!pinned && (k <= 1 || !rdma)) return out;
     if (pinned && !interfaces.empty()) out.push_back({"UCX_NET_DEVICES", detail::join(interfaces), true});
     if (!pinned) out.push_back({"UCX_IB_NUM_PATHS", std::to_string(k)});
     out.push_back({"UCX_MAX_RNDV_LANES", std::to_string(std::max(k, 1))});

@@ -62,14 +62,17 @@ TEST_CASE("Open MPI pinned: the planes as the only interfaces, one link each, we
 }
 
 TEST_CASE("UCX and NCCL") {
-    auto m = as_map(ucx_lane_settings(2, true, std::vector<std::string>{"pl1", "pl2"}));
-    CHECK(m.at("UCX_NET_DEVICES") == "pl1,pl2");
-    CHECK(m.at("UCX_MAX_RNDV_LANES") == "2");
-    CHECK(m.count("UCX_IB_NUM_PATHS") == 0);
-    m = as_map(ucx_lane_settings(4, false, {}));
+    for (const bool rdma : {false, true}) {
+        auto m = as_map(ucx_lane_settings(2, true, std::vector<std::string>{"pl1", "pl2"}, rdma));
+        CHECK(m.at("UCX_NET_DEVICES") == "pl1,pl2");
+        CHECK(m.at("UCX_MAX_RNDV_LANES") == "2");
+        CHECK(m.count("UCX_IB_NUM_PATHS") == 0);
+    }
+    auto m = as_map(ucx_lane_settings(4, false, {}, true));
     CHECK(m.at("UCX_IB_NUM_PATHS") == "4");
     CHECK(m.at("UCX_MAX_RNDV_LANES") == "4");
-    CHECK(ucx_lane_settings(1, false, {}).empty());
+    CHECK(ucx_lane_settings(1, false, {}, true).empty());
+    CHECK(ucx_lane_settings(4, false, {}, false).empty());  // TCP only: nothing UCX would use
     CHECK(nccl_lane_settings(1).empty());
     m = as_map(nccl_lane_settings(4));
     CHECK(m.at("NCCL_IB_QPS_PER_CONNECTION") == "4");
