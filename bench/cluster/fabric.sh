@@ -45,6 +45,10 @@ Options:
   --spines S           spine routers (default 2, at most 15)
   --rate RATE          tc rate of every link and direction (default 100mbit)
   --plane-interfaces   planes 1..S on interfaces pl1..plS instead of addresses on eth0
+  --ack-priority       every link an HTB at the rate whose packets under 128 bytes (pure ACKs)
+                       go ahead of the data, instead of one tbf queue: a connection carrying
+                       data both ways (MPI's pairwise exchanges) otherwise waits for its ACKs
+                       behind up to 50 ms of data
   --timeout SECONDS    limit for COMMAND (default 600)
   --verbose            print each setup step
   -h, --help           this text
@@ -55,7 +59,7 @@ past --timeout.
 EOF
 }
 
-leaves=4 per_leaf=2 spines=2 rate=100mbit limit=600 verbose=0 plane_ifs=0
+leaves=4 per_leaf=2 spines=2 rate=100mbit limit=600 verbose=0 plane_ifs=0 ack_priority=0
 die_usage() { echo "fabric.sh: $*" >&2; echo "Try 'fabric.sh --help'." >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -65,6 +69,7 @@ while [[ $# -gt 0 ]]; do
         --rate) rate="${2-}"; shift 2 || die_usage "--rate needs a value" ;;
         --timeout) limit="${2-}"; shift 2 || die_usage "--timeout needs a value" ;;
         --plane-interfaces) plane_ifs=1; shift ;;
+        --ack-priority) ack_priority=1; shift ;;
         --verbose) verbose=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
@@ -136,8 +141,25 @@ add_ns() {
     fi
 }
 shape() {
-    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 64kb latency 50ms ||
-        setup_failed "tc tbf on $2 in $1"
+    if [[ $ack_priority -eq 0 ]]; then
+        ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 64kb latency 50ms ||
+            setup_failed "tc tbf on $2 in $1"
+        return
+    fi
+    # The same rate, with packets under 128 bytes (pure ACKs) ahead of the data: a class of their
+    # own with HTB priority, the data's queue 50 ms deep as tbf's.
+    local q=(ip netns exec "$1" tc) small=$((rate_bps / 20)) big=$((rate_bps - rate_bps / 20))
+    "${q[@]}" qdisc add dev "$2" root handle 1: htb default 20 &&
+        "${q[@]}" class add dev "$2" parent 1: classid 1:1 htb rate "$rate_bps"bit ceil "$rate_bps"bit \
+            burst 64kb cburst 64kb quantum 1514 &&
+        "${q[@]}" class add dev "$2" parent 1:1 classid 1:10 htb rate "$small"bit ceil "$rate_bps"bit prio 0 \
+            burst 64kb cburst 64kb quantum 1514 &&
+        "${q[@]}" class add dev "$2" parent 1:1 classid 1:20 htb rate "$big"bit ceil "$rate_bps"bit prio 1 \
+            burst 64kb cburst 64kb quantum 1514 &&
+        "${q[@]}" qdisc add dev "$2" parent 1:10 pfifo limit 1000 &&
+        "${q[@]}" qdisc add dev "$2" parent 1:20 bfifo limit $((rate_bps / 8 / 20)) &&
+        "${q[@]}" filter add dev "$2" parent 1: protocol ip prio 1 u32 match u16 0 0xff80 at 2 flowid 1:10 ||
+        setup_failed "tc htb with ACK priority on $2 in $1"
 }
 host_ns() { echo "$tag-h$1-$2"; }
 leaf_ns() { echo "$tag-l$1"; }
@@ -178,6 +200,9 @@ for ((l = 0; l < leaves; ++l)); do
         # A connection keeps its flow hash, hence its spine, after a retransmission timeout
         # (kernels from 5.19; older ones keep it anyway unless the path fails).
         ip netns exec "$H" sysctl -qw net.core.txrehash=0 >/dev/null 2>&1 || true
+        # A connection idle between collective steps keeps its window (as datacenter hosts are
+        # set): otherwise every step of an MPI collective starts each connection in slow start.
+        ip netns exec "$H" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 >/dev/null 2>&1 || true
         ip link add "h$i" netns "$L" type veth peer name eth0 netns "$H" || setup_failed "veth host $l.$i"
         ip -n "$L" addr add "198.19.$l.$((4 * i + 1))/30" dev "h$i"
         ip -n "$L" link set "h$i" up

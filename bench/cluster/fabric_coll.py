@@ -2,7 +2,7 @@
 # bench/cluster/fabric_coll.py: Open MPI's allreduce and alltoall across the emulated leaf-spine, plain, with shunt's hashed lanes and with its pinned lanes, interleaved jobs, against the flow model.
 """Runs inside bench/cluster/fabric.sh --plane-interfaces (FABRIC_DIR set):
 
-    fabric.sh --plane-interfaces --leaves 4 --hosts-per-leaf 2 --spines 2 --rate 25mbit -- \\
+    fabric.sh --ack-priority --plane-interfaces --leaves 4 --hosts-per-leaf 2 --spines 2 --rate 25mbit -- \\
         bench/cluster/fabric_coll.py --program build/bench/fabric_coll --library build/interpose/libshunt.so
 
 Each trial runs every (collective, mode) once, modes interleaved: `plain` is Open MPI alone (one
