@@ -167,6 +167,23 @@ inline double parse_seconds(std::string_view text, std::string_view what) {
     return value;
 }
 
+/// Parses a link rate as tc writes it (SI units: 1gbit, 500mbit, 2.5gbit, 100kbit, 800bit; in
+/// bytes: 125mbps, 1gbps) or a plain number of Gbit/s (1, 0.5) into bits per second; throws
+/// usage_error otherwise.
+inline double parse_link_rate(std::string_view text, std::string_view what) {
+    double value = 0;
+    auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    const std::string_view unit(p, static_cast<std::size_t>(text.data() + text.size() - p));
+    static constexpr std::pair<std::string_view, double> units[] = {
+        {"", 1e9},  {"bit", 1},    {"kbit", 1e3}, {"mbit", 1e6}, {"gbit", 1e9}, {"tbit", 1e12},
+        {"bps", 8}, {"kbps", 8e3}, {"mbps", 8e6}, {"gbps", 8e9}, {"tbps", 8e12}};
+    if (ec == std::errc() && value > 0 && std::isfinite(value))
+        for (const auto& [name, scale] : units)
+            if (unit == name) return value * scale;
+    throw usage_error(std::string(what) + ": expected a rate such as 1gbit, 500mbit or 125mbps, got '" +
+                      std::string(text) + "'");
+}
+
 /// Formats a byte count exactly, in the largest binary unit that needs at most two decimals:
 /// 24B, 1072B, 64K, 1.5M, 16M.
 inline std::string format_bytes(std::int64_t n) {

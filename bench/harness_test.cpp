@@ -288,3 +288,14 @@ TEST_CASE("table writes CSV rows with raw values") {
     std::remove(name);
     CHECK_THROWS_AS(table({{"op", 4, "op"}}, parse({"--csv", "/nonexistent-dir/x.csv"})), shunt::error);
 }
+
+TEST_CASE("parse_link_rate reads tc's rates (SI, bits or bytes) and plain Gbit/s") {
+    CHECK(parse_link_rate("1gbit", "--link") == doctest::Approx(1e9));
+    CHECK(parse_link_rate("500mbit", "--link") == doctest::Approx(5e8));
+    CHECK(parse_link_rate("2.5gbit", "--link") == doctest::Approx(2.5e9));
+    CHECK(parse_link_rate("125mbps", "--link") == doctest::Approx(1e9));
+    CHECK(parse_link_rate("800bit", "--link") == doctest::Approx(800));
+    CHECK(parse_link_rate("0.5", "--link") == doctest::Approx(5e8));
+    for (const char* bad : {"", "gbit", "1 gbit", "1Gbyte", "-1gbit", "0", "1gbitx", "nan"})
+        CHECK_THROWS_AS(parse_link_rate(bad, "--link"), usage_error);
+}

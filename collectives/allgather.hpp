@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
@@ -32,10 +33,24 @@ void allgather(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std
     if (bytes <= 0) return;
     const int p = t.size(), me = t.rank();
     auto* out = static_cast<std::byte*>(recvbuf);
-    t.copy(out + me * bytes, sendbuf, bytes);  // nothing to do in place
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
-    for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r, 1};
-    detail::hierarchical_allgather(t, h, out, bytes, own, opt.flat, opt);
+    for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r * bytes, bytes};
+    const int chunks = detail::pipeline_chunks(t, p * bytes, opt);
+    if (chunks == 1) {
+        t.copy(out + me * bytes, sendbuf, bytes);  // nothing to do in place
+        detail::hierarchical_allgather(t, h, out, 1, own, opt.flat, opt);
+        return;
+    }
+    // Pipelined: this rank's piece of each chunk packed into scratch memory, gathered there,
+    // every piece copied out.
+    const auto* in = static_cast<const std::byte*>(sendbuf) - me * bytes;  // as if the input were in place
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto pk = detail::pack_chunk(own, chunks, c);
+        auto buf = tc.scratch(pk.total);
+        detail::gather_chunk(tc, buf.data(), in, pk, 1, [me](int r) { return r == me; });
+        detail::hierarchical_allgather(tc, h, buf.data(), 1, pk.local, opt.flat, opt);
+        detail::scatter_chunk(tc, out, buf.data(), pk, 1, detail::every_owner);
+    });
 }
 
 /// MPI form on a communicator's topology: like MPI_Allgather with sendtype/sendcount equal to

@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/topology/hierarchy.hpp>
@@ -20,8 +21,9 @@ namespace shunt {
 /// ranks) and options; blocking. sendbuf == recvbuf means in place. The reduction must be
 /// commutative. Schedule: reduce-scatter inside each innermost group, then at each level only
 /// on the part each rank owns, the top level exchanging the smallest parts, then allgather
-/// back down; every rank owns a part, none leads. The combination order depends only on the
-/// hierarchy and count: results are identical run to run and on every rank.
+/// back down; every rank owns a part, none leads. Large vectors run pipelined in chunks
+/// (opt.pipeline_bytes, collectives/pipeline.hpp). The combination order depends only on the
+/// hierarchy and count, not on the chunks: results are identical run to run and on every rank.
 template <transport T>
 void allreduce(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::int64_t count,
                const typename T::reduction_type& red, const collective_options& opt = {}) {
@@ -29,11 +31,24 @@ void allreduce(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std
     const std::int64_t es = red.element_size();
     auto* work = static_cast<std::byte*>(recvbuf);
     if (count <= 0) return;
-    if (sendbuf != recvbuf) t.copy(work, sendbuf, count * es);
+    const int chunks = t.size() == 1 ? 1 : detail::pipeline_chunks(t, count * es, opt);
+    if (chunks == 1 && sendbuf != recvbuf) t.copy(work, sendbuf, count * es);
     if (t.size() == 1) return;
     const auto own = detail::free_ranges(h, count);
-    detail::hierarchical_reduce_scatter(t, h, work, own, red, opt.flat);
-    detail::hierarchical_allgather(t, h, work, es, own, opt.flat, opt);
+    if (chunks == 1) {
+        detail::hierarchical_reduce_scatter(t, h, work, own, red, opt.flat);
+        detail::hierarchical_allgather(t, h, work, es, own, opt.flat, opt);
+        return;
+    }
+    // Each chunk packed into scratch memory straight from the input, reduced there, copied out.
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto pk = detail::pack_chunk(own, chunks, c);
+        auto buf = tc.scratch(pk.total * es);
+        detail::gather_chunk(tc, buf.data(), static_cast<const std::byte*>(sendbuf), pk, es, detail::every_owner);
+        detail::hierarchical_reduce_scatter(tc, h, buf.data(), pk.local, red, opt.flat);
+        detail::hierarchical_allgather(tc, h, buf.data(), es, pk.local, opt.flat, opt);
+        detail::scatter_chunk(tc, work, buf.data(), pk, es, detail::every_owner);
+    });
 }
 
 /// MPI form on a communicator's topology: like MPI_Allreduce on the communicator topo was

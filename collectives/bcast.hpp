@@ -3,12 +3,14 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
 #include <shunt/topology/hierarchy.hpp>
 #include <shunt/topology/topology.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -31,15 +33,21 @@ void bcast(T& t, const hierarchy& h, void* buf, std::int64_t bytes, int root, co
     const int p = t.size(), me = t.rank();
     auto* data = static_cast<std::byte*>(buf);
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
+    std::vector<int> group;  // the ranks the root scatters to (none for trees)
     if (bytes <= opt.bcast_tree_bytes) {
         own[static_cast<std::size_t>(root)] = {0, bytes};
     } else {
         // The root's group at the outermost described level (the whole group without levels).
         const int k = h.levels() > 0 ? h.levels() - 1 : 0;
-        const auto group = h.members(k, h.group_of(k, root));
+        const auto members = h.members(k, h.group_of(k, root));
+        group.assign(members.begin(), members.end());
         const auto parts = static_cast<std::int64_t>(group.size());
         for (std::int64_t i = 0; i < parts; ++i)
             own[static_cast<std::size_t>(group[static_cast<std::size_t>(i)])] = detail::balanced_part(bytes, parts, i);
+    }
+    const bool in_group = std::find(group.begin(), group.end(), me) != group.end();
+    const int chunks = detail::pipeline_chunks(t, bytes, opt);
+    if (chunks == 1) {
         if (me == root) {
             std::vector<send_message> sends;
             for (int r : group)
@@ -47,11 +55,31 @@ void bcast(T& t, const hierarchy& h, void* buf, std::int64_t bytes, int root, co
                     sends.push_back(
                         {r, data + own[static_cast<std::size_t>(r)].offset, own[static_cast<std::size_t>(r)].count});
             t.exchange(sends, {});
-        } else if (own[static_cast<std::size_t>(me)].count > 0) {
+        } else if (in_group && own[static_cast<std::size_t>(me)].count > 0) {
             t.recv(root, data + own[static_cast<std::size_t>(me)].offset, own[static_cast<std::size_t>(me)].count);
         }
+        detail::hierarchical_allgather(t, h, data, 1, own, opt.flat, opt);
+        return;
     }
-    detail::hierarchical_allgather(t, h, data, 1, own, opt.flat, opt);
+    // Pipelined: each chunk's pieces gathered in scratch memory (the root's own piece copied in,
+    // the group's received there), then copied out everywhere but at the root.
+    detail::pipelined(t, chunks, opt.pipeline_depth, [&](auto& tc, int c) {
+        const auto pk = detail::pack_chunk(own, chunks, c);
+        auto piece = tc.scratch(pk.total);
+        std::byte* const b = piece.data();
+        const auto at = [&](int r) { return pk.local[static_cast<std::size_t>(r)]; };
+        if (me == root) {
+            std::vector<send_message> sends;
+            for (int r : group)
+                if (r != root) sends.push_back({r, data + pk.from[static_cast<std::size_t>(r)].offset, at(r).count});
+            tc.exchange(sends, {});
+            detail::gather_chunk(tc, b, data, pk, 1, [root](int r) { return r == root; });
+        } else if (in_group && at(me).count > 0) {
+            tc.recv(root, b + at(me).offset, at(me).count);
+        }
+        detail::hierarchical_allgather(tc, h, b, 1, pk.local, opt.flat, opt);
+        if (me != root) detail::scatter_chunk(tc, data, b, pk, 1, detail::every_owner);
+    });
 }
 
 /// MPI form on a communicator's topology: like MPI_Bcast. Throws shunt::unsupported for types

@@ -134,6 +134,22 @@ inline bool flagged(const compress::params& p, const std::uint32_t* message, std
     return message[message_words(p, n) - 1] != 0;
 }
 
+/// Sums `p` compressed messages of `n` elements each, `stride` words apart from `parts`, into
+/// `out` (the first decompressed, the others added); true when any carries the non-finite flag.
+inline bool sum_parts(const compress::params& prm, const std::uint32_t* parts, std::int64_t stride, int p,
+                      std::int64_t n, float* out, std::uint64_t step) {
+    bool bad = false;
+    for (int r = 0; r < p; ++r) {
+        const std::uint32_t* part = parts + r * stride;
+        bad = bad || flagged(prm, part, n);
+        if (r == 0)
+            compress::decompress(prm, reinterpret_cast<const std::byte*>(part), n, out, step);
+        else
+            compress::decompress_accumulate(prm, reinterpret_cast<const std::byte*>(part), n, out, step);
+    }
+    return bad;
+}
+
 inline void stage_feedback(compressed_scratch& s, compression_point& pt, std::int64_t first, std::int64_t second) {
     s.pending = &pt;
     s.pending_first = first;
@@ -231,17 +247,8 @@ inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int
         }
         SHUNT_CHECK_MPI(PMPI_Alltoallv(s.send.data(), s.counts.data(), s.displs.data(), MPI_UINT32_T, s.recv.data(),
                                        s.counts2.data(), s.displs2.data(), MPI_UINT32_T, comm));
-        bool parts_bad = false;
         ensure(s.owned, mine_len);
-        for (int r = 0; r < p; ++r) {
-            const std::uint32_t* part = s.recv.data() + r * mine_words;
-            parts_bad = parts_bad || flagged(prm, part, mine_len);
-            if (r == 0)
-                compress::decompress(prm, reinterpret_cast<const std::byte*>(part), mine_len, s.owned.data(), step);
-            else
-                compress::decompress_accumulate(prm, reinterpret_cast<const std::byte*>(part), mine_len, s.owned.data(),
-                                                step);
-        }
+        const bool parts_bad = sum_parts(prm, s.recv.data(), mine_words, p, mine_len, s.owned.data(), step);
         // The sum of my slice, compressed again.
         const std::uint64_t step2 = 2 * step + 1;
         bool sum_finite = true;

@@ -95,41 +95,67 @@ public:
         exchange(std::span<const send_message>(&s, 1), std::span<const recv_message>(&r, 1));
     }
     void exchange(std::span<const send_message> sends, std::span<const recv_message> recvs) {
-        std::vector<MPI_Request> reqs;
-        reqs.reserve(sends.size() + recvs.size());
-        auto wait = [&](int rc, const char* call) {
-            if (rc == MPI_SUCCESS) return;
-            // Complete what was posted before reporting, so no request outlives its buffer.
-            for (auto& q : reqs) {
+        batch b = post_tagged(tag_, sends, recvs);
+        wait(b);
+    }
+
+    /// The requests of one posted batch (laned_transport); completes them when destroyed early.
+    class batch {
+    public:
+        batch() = default;
+        batch(batch&& o) noexcept : reqs_(std::move(o.reqs_)) { o.reqs_.clear(); }
+        batch& operator=(batch&& o) noexcept {
+            if (this != &o) {
+                cancel();
+                reqs_ = std::move(o.reqs_);
+                o.reqs_.clear();
+            }
+            return *this;
+        }
+        ~batch() { cancel(); }
+
+    private:
+        friend class mpi_transport;
+        // Cancels and completes whatever is still pending, so no request outlives its buffer.
+        void cancel() noexcept {
+            for (auto& q : reqs_) {
                 if (q == MPI_REQUEST_NULL) continue;
                 PMPI_Cancel(&q);
                 PMPI_Wait(&q, MPI_STATUS_IGNORE);
             }
-            detail::throw_mpi(rc, call, __FILE__, __LINE__);
-        };
-        for (const auto& m : recvs) {
-            auto* p = static_cast<std::byte*>(m.data);
-            for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
-                reqs.push_back(MPI_REQUEST_NULL);
-                wait(PMPI_Irecv(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()),
-                     "PMPI_Irecv");
-            }
+            reqs_.clear();
         }
-        for (const auto& m : sends) {
-            const auto* p = static_cast<const std::byte*>(m.data);
-            for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
-                reqs.push_back(MPI_REQUEST_NULL);
-                wait(PMPI_Isend(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag_, comm_, &reqs.back()),
-                     "PMPI_Isend");
-            }
-        }
-        if (reqs.empty()) return;
-        if (waiter_ != nullptr) {
-            wait(waiter_->wait_all(reqs), "PMPI_Testall");
-            return;
-        }
-        wait(PMPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "PMPI_Waitall");
+        std::vector<MPI_Request> reqs_;
+    };
+
+    /// Lanes for pipelined schedules: tags default_tag + 1 .. + lane_count, so only where this
+    /// transport runs on the default tag (a blocking collective; nonblocking ones take tags of
+    /// their own and get none, which every rank sees alike).
+    static constexpr int lane_count = 16;
+    int lanes() const { return tag_ == default_tag ? lane_count : 0; }
+    /// Posts a batch on `lane` (0 .. lanes()-1).
+    batch post(int lane, std::span<const send_message> sends, std::span<const recv_message> recvs) {
+        return post_tagged(default_tag + 1 + lane, sends, recvs);
     }
+    /// Completes a batch (through the waiter, if any); throws shunt::mpi_error on failure.
+    void wait(batch& b) {
+        if (b.reqs_.empty()) return;
+        const int rc = waiter_ != nullptr
+                           ? waiter_->wait_all(b.reqs_)
+                           : PMPI_Waitall(static_cast<int>(b.reqs_.size()), b.reqs_.data(), MPI_STATUSES_IGNORE);
+        fail(b, rc, waiter_ != nullptr ? "PMPI_Testall" : "PMPI_Waitall");
+        b.reqs_.clear();
+    }
+    /// True once every message of the batch has completed; never blocks.
+    bool test(batch& b) {
+        if (b.reqs_.empty()) return true;
+        int done = 0;
+        fail(b, PMPI_Testall(static_cast<int>(b.reqs_.size()), b.reqs_.data(), &done, MPI_STATUSES_IGNORE),
+             "PMPI_Testall");
+        if (done) b.reqs_.clear();
+        return done != 0;
+    }
+
     void reduce(const mpi_reduction& red, const void* in, void* inout, std::int64_t count) {
         red.apply(in, inout, count);
     }
@@ -139,6 +165,34 @@ public:
     host_buffer scratch(std::int64_t bytes) { return host_buffer(bytes); }
 
 private:
+    // Throws after completing what is left of the batch, when rc is an error.
+    static void fail(batch& b, int rc, const char* call) {
+        if (rc == MPI_SUCCESS) return;
+        b.cancel();
+        detail::throw_mpi(rc, call, __FILE__, __LINE__);
+    }
+    batch post_tagged(int tag, std::span<const send_message> sends, std::span<const recv_message> recvs) {
+        batch b;
+        b.reqs_.reserve(sends.size() + recvs.size());
+        for (const auto& m : recvs) {
+            auto* p = static_cast<std::byte*>(m.data);
+            for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
+                b.reqs_.push_back(MPI_REQUEST_NULL);
+                fail(b, PMPI_Irecv(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag, comm_, &b.reqs_.back()),
+                     "PMPI_Irecv");
+            }
+        }
+        for (const auto& m : sends) {
+            const auto* p = static_cast<const std::byte*>(m.data);
+            for (std::int64_t off = 0; off < m.bytes; off += max_piece) {
+                b.reqs_.push_back(MPI_REQUEST_NULL);
+                fail(b, PMPI_Isend(p + off, piece(m.bytes - off), MPI_BYTE, m.peer, tag, comm_, &b.reqs_.back()),
+                     "PMPI_Isend");
+            }
+        }
+        return b;
+    }
+
     static int piece(std::int64_t left) { return static_cast<int>(left < max_piece ? left : max_piece); }
 
     MPI_Comm comm_;
@@ -149,5 +203,6 @@ private:
 
 static_assert(transport<mpi_transport>);
 static_assert(transport<group_view<mpi_transport>>);
+static_assert(laned_transport<mpi_transport>);
 
 }  // namespace shunt

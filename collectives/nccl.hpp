@@ -1,4 +1,4 @@
-// shunt/collectives/nccl.hpp: hierarchical collectives over NCCL: each a short sequence of NCCL's own collectives on a communicator's node and rail communicators, stream-ordered (an NCCL-only header: it includes <nccl.h>).
+// shunt/collectives/nccl.hpp: hierarchical collectives over NCCL: each a short sequence of NCCL's own collectives on a communicator's domain, node and rail communicators, stream-ordered (an NCCL-only header: it includes <nccl.h>).
 #pragma once
 
 #include <nccl.h>
@@ -40,6 +40,21 @@ struct nccl_levels {
     int nodes = 1;  ///< the rail communicator's size
     int node_index = 0;  ///< this rank's index in its rail
     bool block = false;
+    /// The GPU-domain level inside the node (an NVLink clique, a PCIe switch or host bridge), null
+    /// where the node is one domain: `domain` holds the ranks of this rank's domain (ordered by
+    /// rank), `across` the ranks of this node with this rank's index in its domain (one per
+    /// domain, ordered by rank). Every node holds `domains` domains of `per_domain` ranks, and
+    /// every rank's index in its node is domain_index * per_domain + in_domain (agreed when the
+    /// levels are made), so that a rail joins the ranks that own the same part in
+    /// nccl_allreduce3.
+    ncclComm_t domain = nullptr, across = nullptr;
+    int per_domain = 1;  ///< ranks per domain (the domain communicator's size)
+    int in_domain = 0;  ///< this rank's index in its domain
+    int domains = 1;  ///< domains per node (the across communicator's size)
+    int domain_index = 0;  ///< this rank's domain's index in its node (its index in `across`)
+
+    /// True where the three-level schedules apply: a domain level of several domains of several ranks.
+    bool has_domains() const { return domain != nullptr && across != nullptr && per_domain > 1 && domains > 1; }
 };
 
 /// The bytes of one element of `t` (0 for a type NCCL does not define).
@@ -96,6 +111,35 @@ inline ncclResult_t nccl_allreduce(const nccl_functions& f, const nccl_levels& l
     if (rest > 0)
         SHUNT_NCCL_TRY(f.all_reduce(detail::nccl_at(sendbuff, L * chunk * es),
                                     detail::nccl_at(recvbuff, L * chunk * es), rest, type, op, comm, stream));
+    return ncclSuccess;
+}
+
+/// Allreduce of `count` elements over `comm` in three levels: reduce-scatter inside each domain,
+/// reduce-scatter of the owned part across the node's domains, allreduce of the part each rank
+/// then owns (1/per_node of the vector) across the nodes (the rail; skipped on one node), then
+/// allgather across the domains and allgather inside each domain. The slow links between domains
+/// carry 1/per_domain of the vector per rank instead of all of it. In place when sendbuff ==
+/// recvbuff; no scratch. The count % per_node elements left over go through one allreduce on
+/// `comm`. Needs lv.has_domains(). Contract as nccl_allreduce.
+inline ncclResult_t nccl_allreduce3(const nccl_functions& f, const nccl_levels& lv, ncclComm_t comm,
+                                    const void* sendbuff, void* recvbuff, std::size_t count, ncclDataType_t type,
+                                    ncclRedOp_t op, cudaStream_t stream) {
+    const std::size_t es = nccl_type_size(type);
+    const std::size_t P = static_cast<std::size_t>(lv.per_domain), D = static_cast<std::size_t>(lv.domains);
+    const std::size_t chunk = count / (P * D), rest = count - P * D * chunk;
+    if (chunk > 0) {
+        // This rank's block of the domain's reduce-scatter (D chunks), then its chunk of that block.
+        void* block = detail::nccl_at(recvbuff, static_cast<std::size_t>(lv.in_domain) * D * chunk * es);
+        void* mine = detail::nccl_at(block, static_cast<std::size_t>(lv.domain_index) * chunk * es);
+        SHUNT_NCCL_TRY(f.reduce_scatter(sendbuff, block, D * chunk, type, op, lv.domain, stream));
+        SHUNT_NCCL_TRY(f.reduce_scatter(block, mine, chunk, type, op, lv.across, stream));
+        if (lv.nodes > 1) SHUNT_NCCL_TRY(f.all_reduce(mine, mine, chunk, type, op, lv.rail, stream));
+        SHUNT_NCCL_TRY(f.all_gather(mine, block, chunk, type, lv.across, stream));
+        SHUNT_NCCL_TRY(f.all_gather(block, recvbuff, D * chunk, type, lv.domain, stream));
+    }
+    if (rest > 0)
+        SHUNT_NCCL_TRY(f.all_reduce(detail::nccl_at(sendbuff, P * D * chunk * es),
+                                    detail::nccl_at(recvbuff, P * D * chunk * es), rest, type, op, comm, stream));
     return ncclSuccess;
 }
 

@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/errors.hpp>
@@ -29,9 +30,8 @@ template <transport T>
 void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf, std::span<const std::int64_t> counts,
                     const typename T::reduction_type& red, const collective_options& opt = {}) {
     detail::check_hierarchy(t, h);
-    const int p = t.size(), me = t.rank();
+    const int p = t.size();
     if (counts.size() != static_cast<std::size_t>(p)) throw std::invalid_argument("reduce_scatter: one count per rank");
-    const std::int64_t es = red.element_size();
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
     std::int64_t n = 0;
     for (int r = 0; r < p; ++r) {
@@ -39,14 +39,7 @@ void reduce_scatter(T& t, const hierarchy& h, const void* sendbuf, void* recvbuf
         n += counts[static_cast<std::size_t>(r)];
     }
     if (n <= 0) return;
-    auto* out = static_cast<std::byte*>(recvbuf);
-    const detail::owned_range mine = own[static_cast<std::size_t>(me)];
-    // In place too, the vector is reduced in scratch memory: the input past this rank's range
-    // stays as it was, as the libraries leave it.
-    auto work = t.scratch(n * es);
-    t.copy(work.data(), sendbuf, n * es);
-    detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
-    t.copy(out, work.data() + mine.offset * es, mine.count * es);
+    detail::reduce_scatter_owned(t, h, sendbuf, recvbuf, own, red, opt);
 }
 
 /// MPI form on a communicator's topology: like MPI_Reduce_scatter (sendbuf may be

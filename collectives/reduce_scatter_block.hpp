@@ -3,6 +3,7 @@
 
 #include <shunt/collectives/mpi_call.hpp>
 #include <shunt/collectives/mpi_transport.hpp>
+#include <shunt/collectives/pipeline.hpp>
 #include <shunt/collectives/schedule.hpp>
 #include <shunt/collectives/transport.hpp>
 #include <shunt/topology/hierarchy.hpp>
@@ -29,18 +30,10 @@ void reduce_scatter_block(T& t, const hierarchy& h, const void* sendbuf, void* r
                           const typename T::reduction_type& red, const collective_options& opt = {}) {
     detail::check_hierarchy(t, h);
     if (count <= 0) return;
-    const std::int64_t es = red.element_size();
-    const int p = t.size(), me = t.rank();
-    const std::int64_t n = count * p;
+    const int p = t.size();
     std::vector<detail::owned_range> own(static_cast<std::size_t>(p));
     for (int r = 0; r < p; ++r) own[static_cast<std::size_t>(r)] = {r * count, count};
-    auto* out = static_cast<std::byte*>(recvbuf);
-    // In place too, the vector is reduced in scratch memory: the input past this rank's block
-    // stays as it was, as the libraries leave it.
-    auto work = t.scratch(n * es);
-    t.copy(work.data(), sendbuf, n * es);
-    detail::hierarchical_reduce_scatter(t, h, work.data(), own, red, opt.flat);
-    t.copy(out, work.data() + me * count * es, count * es);
+    detail::reduce_scatter_owned(t, h, sendbuf, recvbuf, own, red, opt);
 }
 
 /// MPI form on a communicator's topology: like MPI_Reduce_scatter_block (sendbuf may be

@@ -123,6 +123,30 @@ struct collective_options {
     /// nonblocking collective, or to progress those while a blocking one waits.
     int mpi_tag = -1;
     mpi_waiter* mpi_wait = nullptr;
+    /// Pipelining (collectives/pipeline.hpp): the vector is cut into chunks of about this many
+    /// bytes (0: no pipelining), whose schedules overlap, at most `pipeline_depth` at a time, so
+    /// that an outer level's transfer of one chunk runs while an inner level works on the next.
+    /// Only on transports with message lanes (laned_transport); results equal the unpipelined
+    /// schedule's bit for bit.
+    std::int64_t pipeline_bytes = std::int64_t{2} << 20;
+    int pipeline_depth = 4;
+};
+
+/// A transport that can also post a batch of messages on one of lanes() independent lanes
+/// (messages of different lanes never match each other) and complete it later:
+/// - post(lane, sends, recvs): posts every message, returns a batch that owns the requests;
+/// - wait(batch): returns once all of the batch's messages have completed;
+/// - test(batch): true once they have (then the batch is done), without blocking.
+/// lanes() must be equal on every member; 0 means none (no pipelining). A batch not completed
+/// when destroyed is cancelled and completed first.
+template <class T>
+concept laned_transport = transport<T> &&
+    requires(T& t, const T& ct, int lane, typename T::batch& b, std::span<const send_message> sends,
+             std::span<const recv_message> recvs) {
+    { ct.lanes() } -> std::convertible_to<int>;
+    { t.post(lane, sends, recvs) } -> std::same_as<typename T::batch>;
+    t.wait(b);
+    { t.test(b) } -> std::convertible_to<bool>;
 };
 
 }  // namespace shunt

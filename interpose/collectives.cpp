@@ -52,6 +52,38 @@ int context_keyval() {
     return keyval;
 }
 
+/// The float sums the compression executor may take (MPI_Allreduce, MPI_Reduce_scatter(_block)).
+template <class Form>
+constexpr bool compressible =
+    Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block || Form::op == coll_op::reduce_scatter;
+
+/// Collectives whose settled decision depends only on (communicator, receive count and type,
+/// reduction): the key of their kept calls.
+template <class Form>
+constexpr bool kept_by_recv =
+    Form::op == coll_op::allreduce || Form::op == coll_op::reduce || Form::op == coll_op::reduce_scatter_block ||
+    Form::op == coll_op::bcast || Form::op == coll_op::allgather || Form::op == coll_op::alltoall;
+
+/// The thread's last call of each collective that went to the library by the planner's settled
+/// decision: a repeat of it (same communicator, count, datatype and reduction, no communicator
+/// freed and no datatype committed, duplicated or freed since) goes straight to the library.
+/// Settled decisions never change, so the repeat would be planned the same way.
+struct kept_collective {
+    MPI_Comm comm{};
+    MPI_Datatype type{};
+    MPI_Op op{};
+    int count = -1;  ///< -1: nothing kept
+    std::uint64_t contexts = 0, types = 0;
+    collective_tuner* tuner = nullptr;  ///< the communicator's, alive while `contexts` holds
+    std::int64_t bytes = 0;
+    bool live = false;
+    /// Nonblocking calls: kept by the settled decision (final), or by the plan made when the
+    /// communicator was set up, which holds until a blocking call settles the size class.
+    bool settled = true;
+};
+thread_local kept_collective kept_collectives[coll_op_names.size()];
+thread_local kept_collective kept_nonblocking[coll_op_names.size()];
+
 const char* method_text(coll_method m) { return m == coll_method::library ? "the library" : "shunt's schedule"; }
 
 /// A type_source over the preload library's type cache and per-thread memo.
@@ -129,12 +161,37 @@ mpi_coll_args describe_first(std::tuple<A...> args, std::index_sequence<I...>) {
 
 }  // namespace
 
+template <class Form>
+[[gnu::always_inline]] inline bool coll_executor::kept(const mpi_coll_args& a, bool nonblocking) noexcept {
+    if constexpr (kept_by_recv<Form>) {
+        const kept_collective& k =
+            (nonblocking ? kept_nonblocking : kept_collectives)[static_cast<std::size_t>(Form::op)];
+        if (k.count != a.recvcount || k.comm != a.comm || k.type != a.recvtype || k.op != a.op ||
+            k.contexts != context_epoch.load(std::memory_order_acquire) || k.types != rt_.memo().generation() ||
+            !rt_.running_now() || rt_.devices().in_use_relaxed() ||
+            (compressible<Form> && !nonblocking && rt_.compression().wanted()) ||
+            (!k.settled && k.tuner->settled(Form::op, k.bytes, k.live)))
+            return false;
+        // The use count only feeds SHUNT_REPORT and the decide log.
+        if (rt_.cfg().report != report_mode::off || rt_.cfg().log.enabled(log_level::debug, log_category::decide))
+            k.tuner->count_settled(Form::op, k.bytes, k.live);
+        return true;
+    }
+    return false;
+}
+
 // ---- entry points: one descriptor each (the form's describe), one path for all ----
 
-#define SHUNT_COLL_ENTRY_(name, Name, params, args)                           \
-    int runtime::name params noexcept {                                       \
-        this->count(shim::name);                                              \
-        return colls_.run<mpi_##name>(shim::name, mpi_##name::describe args); \
+#define SHUNT_COLL_ENTRY_(name, Name, params, args)                                \
+    int runtime::name params noexcept {                                            \
+        const mpi_coll_args a = mpi_##name::describe args;                         \
+        if (colls_.kept<mpi_##name>(a, false)) [[likely]] {                        \
+            count_passed(shim::name, direction::collective, pass_reason::planned); \
+            nbc_.progress();                                                       \
+            return mpi_##name::library(a);                                         \
+        }                                                                          \
+        this->count(shim::name);                                                   \
+        return colls_.run<mpi_##name>(shim::name, a);                              \
     }
 SHUNT_MPI_COLL_CALLS(SHUNT_COLL_ENTRY_)
 #undef SHUNT_COLL_ENTRY_
@@ -151,13 +208,18 @@ using mpi_ibcast = mpi_bcast;
 using mpi_ialltoall = mpi_alltoall;
 using mpi_ialltoallv = mpi_alltoallv;
 
-#define SHUNT_NBC_ENTRY_(name, Name, params, args)                                                                  \
-    int runtime::name params noexcept {                                                                             \
-        this->count(shim::name);                                                                                    \
-        auto all = std::make_tuple args;                                                                            \
-        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 1;                                             \
-        return colls_.start<mpi_##name>(shim::name, describe_first<mpi_##name>(all, std::make_index_sequence<n>{}), \
-                                        std::get<n>(all));                                                          \
+#define SHUNT_NBC_ENTRY_(name, Name, params, args)                                              \
+    int runtime::name params noexcept {                                                         \
+        auto all = std::make_tuple args;                                                        \
+        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 1;                         \
+        const mpi_coll_args a = describe_first<mpi_##name>(all, std::make_index_sequence<n>{}); \
+        MPI_Request* const req = std::get<n>(all);                                              \
+        if (req != nullptr && colls_.kept<mpi_##name>(a, true)) [[likely]] {                    \
+            count_passed(shim::name, direction::collective, pass_reason::planned);              \
+            return mpi_##name::ilibrary(a, req);                                                \
+        }                                                                                       \
+        this->count(shim::name);                                                                \
+        return colls_.start<mpi_##name>(shim::name, a, req);                                    \
     }
 SHUNT_MPI_NBC_CALLS(SHUNT_NBC_ENTRY_)
 #undef SHUNT_NBC_ENTRY_
@@ -189,8 +251,7 @@ SHUNT_MPI_PERSISTENT_CALLS(SHUNT_INIT_ENTRY_)
 
 template <class Form>
 int coll_executor::run(shim s, mpi_coll_args a) noexcept {
-    if constexpr (Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block ||
-                  Form::op == coll_op::reduce_scatter) {
+    if constexpr (compressible<Form>) {
         compress_executor& c = rt_.compression();
         if (c.wanted()) {
             struct call {
@@ -224,13 +285,24 @@ int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
         return library();
     };
     if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
+    // Both generations before the lookup: a change meanwhile leaves the kept call stale.
+    const std::uint64_t contexts = context_epoch.load(std::memory_order_acquire);
+    const std::uint64_t types = rt_.memo().generation();
     mpi_coll_facts f;
     device_stage dev(rt_.devices().in_use(), rt_.devices().library_takes_device());
     try {
         std::int64_t key = -1;
         pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
         if (why != pass_reason::none) return pass(why);
-        if (key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) return pass(pass_reason::planned);
+        if (key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) {
+            if constexpr (kept_by_recv<Form>) {
+                if (!rt_.devices().in_use())
+                    if (context* ctx = existing_context(a.comm))
+                        kept_collectives[static_cast<std::size_t>(Form::op)] = {
+                            a.comm, a.recvtype, a.op, a.recvcount, contexts, types, ctx->tuner.get(), key, f.live};
+            }
+            return pass(pass_reason::planned);
+        }
         memo_source types(rt_.memo(), rt_.types());
         why = Form::check(a, types, f);
         if (why != pass_reason::none) return pass(why);
@@ -257,6 +329,69 @@ int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
 // ---- nonblocking and persistent calls ----
 
 template <class Form>
+pass_reason coll_executor::screen_nonblocking(shim s, const mpi_coll_args& a, bool settled, mpi_coll_facts& f,
+                                              context*& ctx, nonblocking_plan::pick& pick) noexcept {
+    // Device buffers: the library's own nonblocking call, as before shunt ran these.
+    if (rt_.devices().in_use()) return pass_reason::unsupported;
+    try {
+        std::int64_t key = -1;
+        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
+        if (why != pass_reason::none) return why;
+        ctx = existing_context(a.comm);
+        if (ctx == nullptr) return pass_reason::not_set_up;
+        if (!ctx->usable) return ctx->why;
+        if (settled && key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) return pass_reason::planned;
+        memo_source types(rt_.memo(), rt_.types());
+        why = Form::check(a, types, f);
+        if (why != pass_reason::none) return why;
+        // User-defined reductions stay with the library: the application may free its MPI_Op
+        // while the call is in flight, and MPI gives shunt no way to keep it.
+        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass_reason::unsupported;
+        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
+        return why;
+    } catch (const std::exception& e) {
+        // Before the decision: what fails here fails alike on every rank, or comes of an
+        // erroneous call the library then judges.
+        rt_.internal_failure(s, e.what());
+        return pass_reason::internal;
+    }
+}
+
+namespace {
+
+/// The schedule a nonblocking or persistent call of `Form` runs on its fiber, with tag `tag`.
+template <class Form>
+auto nonblocking_schedule(const mpi_coll_args& a, const mpi_coll_facts& f, const coll_executor::context& ctx,
+                          const nonblocking_plan::pick& pick, int tag) {
+    return [a, f, topo = ctx.topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
+        collective_options opt;
+        opt.levels = levels;
+        opt.mpi_tag = tag;
+        opt.mpi_wait = &w;
+        Form::run(*topo, a, f, opt);
+    };
+}
+
+}  // namespace
+
+template <class Form>
+void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t contexts, std::uint64_t types) noexcept {
+    if (rt_.devices().in_use() || rt_.cfg().coll == coll_choice::shunt) return;
+    context* ctx = existing_context(a.comm);
+    if (ctx == nullptr || !ctx->usable) return;
+    try {
+        mpi_coll_facts f;
+        std::int64_t key = -1;
+        if (Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key) != pass_reason::none || key < 0) return;
+        const bool settled = ctx->tuner->settled(Form::op, key, f.live).has_value();
+        kept_nonblocking[static_cast<std::size_t>(Form::op)] = {a.comm, a.recvtype,       a.op, a.recvcount, contexts,
+                                                                types,  ctx->tuner.get(), key,  f.live,      settled};
+    } catch (...) {
+        // Nothing kept: the next call decides again.
+    }
+}
+
+template <class Form>
 int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept {
     const auto pass = [&](pass_reason why) {
         rt_.count_pass(direction::collective, why);
@@ -264,47 +399,22 @@ int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept
     };
     if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
     if (request == nullptr) return pass(pass_reason::bad_argument);
-    // Device buffers: the library's own nonblocking call, as before shunt ran these.
-    if (rt_.devices().in_use()) return pass(pass_reason::unsupported);
     mpi_coll_facts f;
     context* ctx = nullptr;
     nonblocking_plan::pick pick;
-    try {
-        std::int64_t key = -1;
-        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
-        if (why != pass_reason::none) return pass(why);
-        ctx = existing_context(a.comm);
-        if (ctx == nullptr) return pass(pass_reason::not_set_up);
-        if (!ctx->usable) return pass(ctx->why);
-        if (key >= 0 && settled_on_library(a.comm, Form::op, key, f.live)) return pass(pass_reason::planned);
-        memo_source types(rt_.memo(), rt_.types());
-        why = Form::check(a, types, f);
-        if (why != pass_reason::none) return pass(why);
-        // User-defined reductions stay with the library: the application may free its MPI_Op
-        // while the call is in flight, and MPI gives shunt no way to keep it.
-        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass(pass_reason::unsupported);
-        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
-        if (why != pass_reason::none) return pass(why);
-    } catch (const std::exception& e) {
-        // Before the decision: what fails here fails alike on every rank, or comes of an
-        // erroneous call the library then judges.
-        rt_.internal_failure(s, e.what());
-        return pass(pass_reason::internal);
+    const std::uint64_t contexts = context_epoch.load(std::memory_order_acquire);
+    const std::uint64_t types = rt_.memo().generation();
+    if (const pass_reason why = screen_nonblocking<Form>(s, a, true, f, ctx, pick); why != pass_reason::none) {
+        if constexpr (kept_by_recv<Form>) {
+            if (why == pass_reason::planned) keep_nonblocking<Form>(a, contexts, types);
+        }
+        return pass(why);
     }
     try {
         auto hold = std::make_shared<call_hold>();
         hold->take(a, f, rt_.memo());
         const int tag = ctx->tag_first + static_cast<int>(ctx->nbc_calls.fetch_add(1) % ctx->tag_span);
-        rt_.nbc().launch(
-            s, f.bytes,
-            [a, f, topo = ctx->topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
-                collective_options opt;
-                opt.levels = levels;
-                opt.mpi_tag = tag;
-                opt.mpi_wait = &w;
-                Form::run(*topo, a, f, opt);
-            },
-            std::move(hold), request);
+        rt_.nbc().launch(s, f.bytes, nonblocking_schedule<Form>(a, f, *ctx, pick, tag), std::move(hold), request);
         rt_.count_collective(s, f.bytes);
         return MPI_SUCCESS;
     } catch (const std::exception& e) {
@@ -325,44 +435,18 @@ int coll_executor::init(shim s, mpi_coll_args a, MPI_Info info, MPI_Request* req
     };
     if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
     if (request == nullptr) return pass(pass_reason::bad_argument);
-    if (rt_.devices().in_use()) return pass(pass_reason::unsupported);
     mpi_coll_facts f;
     context* ctx = nullptr;
     nonblocking_plan::pick pick;
-    try {
-        std::int64_t key = -1;
-        pass_reason why = Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key);
-        if (why != pass_reason::none) return pass(why);
-        ctx = existing_context(a.comm);
-        if (ctx == nullptr) return pass(pass_reason::not_set_up);
-        if (!ctx->usable) return pass(ctx->why);
-        memo_source types(rt_.memo(), rt_.types());
-        why = Form::check(a, types, f);
-        if (why != pass_reason::none) return pass(why);
-        // User-defined reductions stay with the library: the application may free its MPI_Op
-        // while the call is in flight, and MPI gives shunt no way to keep it.
-        if (a.op != MPI_OP_NULL && !detail::is_predefined_op(a.op)) return pass(pass_reason::unsupported);
-        pick = nonblocking_pick(s, *ctx, Form::op, f, why);
-        if (why != pass_reason::none) return pass(why);
-    } catch (const std::exception& e) {
-        rt_.internal_failure(s, e.what());
-        return pass(pass_reason::internal);
-    }
+    if (const pass_reason why = screen_nonblocking<Form>(s, a, false, f, ctx, pick); why != pass_reason::none)
+        return pass(why);
     try {
         auto hold = std::make_shared<call_hold>();
         hold->take(a, f, rt_.memo());
         const int tag =
             ctx->tag_first + ctx->tag_span + static_cast<int>(ctx->persistent_calls.fetch_add(1) % ctx->tag_span);
-        rt_.nbc().make_persistent(
-            s, f.bytes,
-            [a, f, topo = ctx->topo_owner, levels = pick.levels, tag](mpi_waiter& w) {
-                collective_options opt;
-                opt.levels = levels;
-                opt.mpi_tag = tag;
-                opt.mpi_wait = &w;
-                Form::run(*topo, a, f, opt);
-            },
-            std::move(hold), request);
+        rt_.nbc().make_persistent(s, f.bytes, nonblocking_schedule<Form>(a, f, *ctx, pick, tag), std::move(hold),
+                                  request);
         rt_.count_collective(s, f.bytes);
         return MPI_SUCCESS;
     } catch (const std::exception& e) {

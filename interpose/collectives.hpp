@@ -58,6 +58,12 @@ public:
             nbc_logged{};
     };
 
+    /// True where `a` repeats a call of this thread that went to the library by the planner's
+    /// settled decision (and nothing it depends on changed since): the caller counts it and
+    /// passes it on at once. Before run(), which decides and counts every other call.
+    /// `nonblocking`: a call of the nonblocking form (MPI_I<name>), whose kept calls are its own.
+    template <class Form>
+    bool kept(const mpi_coll_args& a, bool nonblocking) noexcept;
     /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`: the
     /// float sums that may be compressed through the compression executor, which runs them
     /// compressed or as run_exact().
@@ -94,6 +100,17 @@ private:
     /// library with why (`why` set) where shunt cannot run it; logs it on first use.
     nonblocking_plan::pick nonblocking_pick(shim s, context& ctx, coll_op op, const mpi_coll_facts& f,
                                             pass_reason& why) noexcept;
+    /// The checks of a nonblocking or persistent call of `Form` before shunt's schedule may run it:
+    /// none with `f`, `ctx` and `pick` filled, else why the library takes it. `settled`: a call
+    /// whose size class the planner settled on the library passes (nonblocking calls; persistent
+    /// ones are planned when made).
+    template <class Form>
+    pass_reason screen_nonblocking(shim s, const mpi_coll_args& a, bool settled, mpi_coll_facts& f, context*& ctx,
+                                   nonblocking_plan::pick& pick) noexcept;
+    /// Keeps a nonblocking call the library took by the planner's decision (see kept()), with
+    /// the generations read before it was screened.
+    template <class Form>
+    void keep_nonblocking(const mpi_coll_args& a, std::uint64_t contexts, std::uint64_t types) noexcept;
     /// The agreement of the planners (element-wise maximum over comm's ranks), progressing
     /// nonblocking schedules while it waits.
     collective_tuner::agree_fn agree_on(MPI_Comm comm) noexcept;

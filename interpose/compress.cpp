@@ -40,6 +40,7 @@ struct compress_executor::context {
     struct position {
         coll_op op = coll_op::allreduce;
         std::int64_t count = 0;
+        compress::element type = compress::element::f32;
         compress_consent consent;
     };
     std::vector<position> seen;  ///< per position of the locked pattern
@@ -51,6 +52,7 @@ struct compress_executor::context {
     std::vector<site> sites;
     compressed_scratch scratch;
     std::uint64_t compressed = 0;  ///< compressed calls (shadow mode counts them)
+    std::vector<float> wide_in, wide_out;  ///< half data widened to float, and the float result
 };
 
 namespace {
@@ -108,11 +110,25 @@ compress_op compress_op_of(coll_op op) {
 }
 
 /// The signature of a call: what every rank of a valid call passes alike.
-std::uint64_t signature(coll_op op, std::int64_t count, const compress_consent& c) {
+std::uint64_t signature(coll_op op, std::int64_t count, compress::element type, const compress_consent& c) {
     std::uint64_t h = compress::detail::mix64(static_cast<std::uint64_t>(op) + 0x51);
-    h = compress::detail::mix64(h ^ static_cast<std::uint64_t>(count));
+    h = compress::detail::mix64(h ^ static_cast<std::uint64_t>(count) ^ (static_cast<std::uint64_t>(type) << 56));
     return compress::detail::mix64(h ^ (static_cast<std::uint64_t>(c.on) << 8 | c.methods));
 }
+
+/// The element type of an MPI datatype that may be compressed: MPI_FLOAT, and where the library
+/// has one, its binary16 type (MPICH's MPIX_C_FLOAT16; Open MPI 4.1 has none). MPI has no bfloat16.
+std::optional<compress::element> element_of(MPI_Datatype t) {
+    if (t == MPI_FLOAT) return compress::element::f32;
+#if defined(MPIX_C_FLOAT16)
+    if (t == MPIX_C_FLOAT16) return compress::element::f16;
+#endif
+    return std::nullopt;
+}
+
+int element_bytes(compress::element e) { return e == compress::element::f32 ? 4 : 2; }
+
+const char* element_name(compress::element e) { return e == compress::element::f32 ? "floats" : "halves"; }
 
 /// The save format of a communicator's feedback: "shuntcf1", then per site its position, step
 /// and the two residuals as error_feedback::save() writes them, each with its length.
@@ -134,6 +150,35 @@ bool get(std::span<const std::byte>& in, T& v) {
 /// Restores the sites saved in `blob` into `sites` (positions beyond them are dropped); throws
 /// shunt::error on a malformed blob.
 void restore_sites(std::span<const std::byte> blob, std::vector<compress_executor::context::site>& sites) {
+    std::vector<compression_point*> points;
+    points.reserve(sites.size());
+    for (auto& site : sites) points.push_back(&site.point);
+    restore_feedback_points(blob, points);
+}
+
+}  // namespace
+
+std::vector<std::byte> save_feedback_points(std::span<const compression_point* const> points) {
+    std::vector<std::byte> out;
+    put(out, save_magic, 8);
+    const auto n = static_cast<std::uint32_t>(points.size());
+    put(out, &n, 4);
+    const compression_point empty;
+    for (std::uint32_t k = 0; k < n; ++k) {
+        const compression_point& pt = points[k] != nullptr ? *points[k] : empty;
+        const std::vector<std::byte> first = pt.first.save(), second = pt.second.save();
+        const std::uint64_t len1 = first.size(), len2 = second.size();
+        put(out, &k, 4);
+        put(out, &pt.step, 8);
+        put(out, &len1, 8);
+        put(out, first.data(), first.size());
+        put(out, &len2, 8);
+        put(out, second.data(), second.size());
+    }
+    return out;
+}
+
+void restore_feedback_points(std::span<const std::byte> blob, std::span<compression_point* const> points) {
     if (blob.size() < 8 || std::memcmp(blob.data(), save_magic, 8) != 0)
         throw error("compression checkpoint: not a shunt compression checkpoint");
     blob = blob.subspan(8);
@@ -149,23 +194,21 @@ void restore_sites(std::span<const std::byte> blob, std::vector<compress_executo
         if (!get(blob, len2) || blob.size() < len2) throw error("compression checkpoint: truncated");
         const auto second = blob.subspan(0, static_cast<std::size_t>(len2));
         blob = blob.subspan(static_cast<std::size_t>(len2));
-        if (position >= sites.size()) continue;
-        compression_point& pt = sites[position].point;
+        compression_point scratch;  // positions not kept are still read, so a bad one is refused
+        compression_point& pt = position < points.size() && points[position] != nullptr ? *points[position] : scratch;
         pt.first.restore(first);
         pt.second.restore(second);
         pt.step = step;
     }
 }
 
-}  // namespace
-
 bool compress_executor::wanted() const noexcept {
     return rt_.cfg().compress.on || overridden_.load(std::memory_order_relaxed);
 }
 
-void compress_executor::count_compressed(std::size_t m, std::uint64_t floats, std::uint64_t sent) noexcept {
+void compress_executor::count_compressed(std::size_t m, std::uint64_t bytes, std::uint64_t sent) noexcept {
     if (m < by_method_.size()) by_method_[m].fetch_add(1, std::memory_order_relaxed);
-    bytes_in_.fetch_add(floats * 4, std::memory_order_relaxed);
+    bytes_in_.fetch_add(bytes, std::memory_order_relaxed);
     bytes_sent_.fetch_add(sent, std::memory_order_relaxed);
 }
 
@@ -174,14 +217,44 @@ compress_consent compress_executor::thread_or_environment() const noexcept {
     return rt_.cfg().compress;
 }
 
-bool compress_executor::consent_of(MPI_Comm comm, compress_consent& out) const noexcept {
-    out = rt_.cfg().compress;
-    if (!overridden_.load(std::memory_order_relaxed)) return out.on;
-    if (thread_consent) {
-        out = *thread_consent;
-    } else if (const auto* s = attribute<comm_settings>(comm, settings_keyval()); s != nullptr && s->consent) {
-        out = *s->consent;
+compress_consent compress_executor::consent_for(const std::optional<compress_consent>& comm) const noexcept {
+    if (!overridden_.load(std::memory_order_relaxed)) return rt_.cfg().compress;
+    if (thread_consent) return *thread_consent;
+    if (comm) return *comm;
+    return rt_.cfg().compress;
+}
+
+bool compress_executor::parse_consent(const char* text, std::optional<compress_consent>& out) noexcept {
+    out.reset();
+    if (text == nullptr || std::string_view(text) == "default") return true;
+    compress_consent parsed;
+    if (!compress_kind::parse(text, parsed)) return false;
+    out = parsed;
+    return true;
+}
+
+void compress_executor::log_check(const char* call, std::int64_t count, std::size_t position, const std::string& option,
+                                  std::uint64_t compressed, const float* got, const float* exact,
+                                  std::int64_t n) noexcept {
+    double diff = 0, norm = 0, max_error = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(got[i]) - exact[i];
+        diff += d * d;
+        norm += static_cast<double>(exact[i]) * exact[i];
+        max_error = std::max(max_error, std::fabs(d));
     }
+    const double error_norm = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+    log_write(log_level::info, log_category::decide,
+              "compression check: %s of %" PRId64 " elements at position %zu (%s), compressed call %" PRIu64
+              ": relative error %.3g, largest error %.3g",
+              call, count, position, option.c_str(), compressed, error_norm, max_error);
+}
+
+bool compress_executor::consent_of(MPI_Comm comm, compress_consent& out) const noexcept {
+    std::optional<compress_consent> own;
+    if (overridden_.load(std::memory_order_relaxed))
+        if (const auto* s = attribute<comm_settings>(comm, settings_keyval()); s != nullptr) own = s->consent;
+    out = consent_for(own);
     return out.on && out.methods != 0;
 }
 
@@ -226,23 +299,24 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
     // candidate only where every rank's threshold says so.
     const std::vector<double> gaps = c.pattern.gaps();
     std::vector<double> v(2 * P, 0.0);
-    std::vector<std::pair<std::pair<coll_op, std::uint8_t>, std::int64_t>> thresholds;
+    std::vector<std::pair<std::pair<std::pair<coll_op, int>, std::uint8_t>, std::int64_t>> thresholds;
     std::vector<std::int64_t> threshold(P, 0);
     for (std::size_t i = 0; i < P; ++i) {
         const context::position& at = c.seen[i];
+        const int eb = element_bytes(at.type);
         std::int64_t t = cfg.compress_min_bytes;
         if (t <= 0) {
-            const auto key = std::make_pair(at.op, at.consent.methods);
+            const auto key = std::make_pair(std::make_pair(at.op, eb), at.consent.methods);
             auto it = std::find_if(thresholds.begin(), thresholds.end(), [&](const auto& e) { return e.first == key; });
             if (it == thresholds.end()) {
-                thresholds.emplace_back(key, compress_threshold(model, c.shape, compress_op_of(at.op), 4, at.consent));
+                thresholds.emplace_back(key, compress_threshold(model, c.shape, compress_op_of(at.op), eb, at.consent));
                 it = thresholds.end() - 1;
             }
             t = it->second;
         }
         threshold[i] = t;
         v[i] = i < gaps.size() ? gaps[i] : 0.0;
-        v[P + i] = at.count * 4 >= t ? 0.0 : 1.0;
+        v[P + i] = at.count * eb >= t ? 0.0 : 1.0;
     }
     SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, own));
     // 2. Every candidate's options and their predicted stages, agreed (the slowest rank's).
@@ -252,9 +326,9 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
         const context::position& at = c.seen[i];
         compress_tensor& t = tensors[i];
         t.gap = v[i];
-        t.bytes = at.count * 4;
+        t.bytes = at.count * element_bytes(at.type);
         const compress_consent consent = v[P + i] == 0 ? at.consent : compress_consent{};
-        t.options = predict_options(model, c.shape, compress_op_of(at.op), at.count, 4, consent);
+        t.options = predict_options(model, c.shape, compress_op_of(at.op), at.count, element_bytes(at.type), consent);
         for (const option_cost& o : t.options) costs.insert(costs.end(), {o.encode, o.comm, o.decode});
     }
     SHUNT_CHECK_MPI(
@@ -308,14 +382,15 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
                           to_string(t.options[alt].option).c_str(), t.options[alt].total() * 1e3);
             why = buf;
         }
-        log_debug(log_category::decide, "  position %zu: %s of %" PRId64 " floats -> %s (%s)", i, op_name(c.seen[i].op),
-                  c.seen[i].count, to_string(c.plan[i]).c_str(), why.c_str());
+        log_debug(log_category::decide, "  position %zu: %s of %" PRId64 " %s -> %s (%s)", i, op_name(c.seen[i].op),
+                  c.seen[i].count, element_name(c.seen[i].type), to_string(c.plan[i]).c_str(), why.c_str());
     }
     if (P > shown) log_debug(log_category::decide, "  ... %zu more positions", P - shown);
 }
 
 int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn exact, void* ctx) noexcept {
-    if (!rt_.running() || a.comm == MPI_COMM_NULL || a.op != MPI_SUM || a.recvtype != MPI_FLOAT) return exact(ctx);
+    const std::optional<compress::element> type = element_of(a.recvtype);
+    if (!rt_.running() || a.comm == MPI_COMM_NULL || a.op != MPI_SUM || !type) return exact(ctx);
     compress_consent consent;
     if (!consent_of(a.comm, consent)) return exact(ctx);
     // The call's vector: the count (MPI_Allreduce), or every rank's block (the reduce-scatters).
@@ -342,7 +417,7 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
 
     std::unique_lock lock(c->mutex);
     const double t0 = now_s();
-    const call_pattern::step step = c->pattern.next(signature(op, count, consent), t0);
+    const call_pattern::step step = c->pattern.next(signature(op, count, *type, consent), t0);
     struct end_mark {  // the call's end, for the gaps (whichever way it returns)
         context& c;
         ~end_mark() { c.pattern.ended(now_s()); }
@@ -358,7 +433,7 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
         c->sites.clear();
         c->seen.assign(c->pattern.period(), {});
     }
-    c->seen[step.position] = {op, count, consent};
+    c->seen[step.position] = {op, count, *type, consent};
     if (step.confirmed) {
         try {
             plan(*c, a.comm);
@@ -389,24 +464,32 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
     const std::int64_t check_every = rt_.cfg().compress_check;
     const bool shadow = check_every > 0 && ++c->compressed % static_cast<std::uint64_t>(check_every) == 0;
     const bool in_place = a.sendbuf == MPI_IN_PLACE;
+    const bool wide = *type != compress::element::f32;  // half data: the schemes run on floats
     mpi_coll_args args = a;
     device_stage dev(rt_.devices().in_use(), rt_.devices().library_takes_device());
     constexpr int not_finite = -1;
-    double error_norm = -1, max_error = 0;
+    std::vector<float> ref;
+    const std::int64_t result_count = op == coll_op::allreduce ? count : counts[static_cast<std::size_t>(me)];
     try {
         if (dev.enabled()) {
             byte_span all, mine;
-            all.add(MPI_FLOAT, count);
-            mine.add(MPI_FLOAT, op == coll_op::allreduce ? count : counts[static_cast<std::size_t>(me)]);
+            all.add(a.recvtype, count);
+            mine.add(a.recvtype, result_count);
             dev.add(args.sendbuf, all, true, false);
             dev.add(args.recvbuf, in_place ? all : mine, in_place, true);
         }
         const int rc = dev.run(false, [&] {
-            const auto* in = static_cast<const float*>(in_place ? args.recvbuf : args.sendbuf);
-            auto* out = static_cast<float*>(args.recvbuf);
-            const std::int64_t result_count = op == coll_op::allreduce ? count : counts[static_cast<std::size_t>(me)];
-            std::vector<float> ref;
-            if (shadow) {  // the exact result first: the compressed call may write over `in`
+            const void* user_in = in_place ? args.recvbuf : args.sendbuf;
+            const float* in = static_cast<const float*>(user_in);
+            float* out = static_cast<float*>(args.recvbuf);
+            if (wide) {  // widened (exactly); error feedback stays in float, the result is narrowed at the end
+                detail::ccoll::ensure(c->wide_in, count);
+                detail::ccoll::ensure(c->wide_out, result_count);
+                compress::from_f16(static_cast<const std::uint16_t*>(user_in), count, c->wide_in.data());
+                in = c->wide_in.data();
+                out = c->wide_out.data();
+            }
+            if (shadow) {  // the exact sum in float first: the compressed call may write over `in`
                 ref.resize(static_cast<std::size_t>(std::max<std::int64_t>(result_count, 1)));
                 if (op == coll_op::allreduce) {
                     SHUNT_CHECK_MPI(
@@ -421,16 +504,9 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
                     ? compressed_allreduce(c->comms, in, out, count, o, site.point, c->scratch)
                     : compressed_reduce_scatter(c->comms.all, in, out, counts, o, site.point, c->scratch);
             if (st != compressed_status::done) return not_finite;
-            if (shadow) {
-                double diff = 0, norm = 0;
-                for (std::int64_t i = 0; i < result_count; ++i) {
-                    const double d = static_cast<double>(out[i]) - ref[static_cast<std::size_t>(i)];
-                    diff += d * d;
-                    norm += static_cast<double>(ref[static_cast<std::size_t>(i)]) * ref[static_cast<std::size_t>(i)];
-                    max_error = std::max(max_error, std::fabs(d));
-                }
-                error_norm = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
-            }
+            if (shadow && c->topo->rank() == 0)
+                log_check(name, count, step.position, to_string(o), c->compressed, out, ref.data(), result_count);
+            if (wide) compress::to_f16(out, result_count, static_cast<std::uint16_t*>(args.recvbuf));
             return MPI_SUCCESS;
         });
         if (rc == not_finite) {
@@ -456,14 +532,10 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
         PMPI_Comm_call_errhandler(a.comm, MPI_ERR_INTERN);
         return MPI_ERR_INTERN;
     }
-    count_compressed(static_cast<std::size_t>(o.method), static_cast<std::uint64_t>(count),
+    const std::int64_t bytes = count * element_bytes(*type);
+    count_compressed(static_cast<std::size_t>(o.method), static_cast<std::uint64_t>(bytes),
                      static_cast<std::uint64_t>(compress::compressed_bytes(compress_params(o.method), count)));
-    rt_.count_collective(s, count * 4);
-    if (shadow && c->topo->rank() == 0)
-        log_write(log_level::info, log_category::decide,
-                  "compression check: %s of %" PRId64 " floats at position %zu (%s), compressed call %" PRIu64
-                  ": relative error %.3g, largest error %.3g",
-                  name, count, step.position, to_string(o).c_str(), c->compressed, error_norm, max_error);
+    rt_.count_collective(s, bytes);
     return MPI_SUCCESS;
 }
 
@@ -474,11 +546,7 @@ int compress_executor::control(int what, MPI_Comm comm, const char* text, void* 
             case 1:  // a communicator's consent ("default": the environment's again)
             case 2: {  // this thread's consent (null or "default": none)
                 std::optional<compress_consent> consent;
-                if (text != nullptr && std::string_view(text) != "default") {
-                    compress_consent parsed;
-                    if (!compress_kind::parse(text, parsed)) return -1;
-                    consent = parsed;
-                }
+                if (!parse_consent(text, consent)) return -1;
                 if (what == 2) {
                     thread_consent = consent;
                 } else {
@@ -498,24 +566,13 @@ int compress_executor::control(int what, MPI_Comm comm, const char* text, void* 
             }
             case 3: {  // save this rank's feedback on comm into data (*bytes: its room, then the size)
                 if (comm == MPI_COMM_NULL || bytes == nullptr) return -1;
-                std::vector<std::byte> out;
-                put(out, save_magic, 8);
                 context* c = attribute<context>(comm, context_keyval());
                 std::unique_lock<std::mutex> lock;
                 if (c != nullptr) lock = std::unique_lock(c->mutex);
-                const std::uint32_t n = c == nullptr ? 0 : static_cast<std::uint32_t>(c->sites.size());
-                put(out, &n, 4);
-                for (std::uint32_t k = 0; k < n; ++k) {
-                    const compression_point& pt = c->sites[k].point;
-                    const std::vector<std::byte> first = pt.first.save(), second = pt.second.save();
-                    const std::uint64_t len1 = first.size(), len2 = second.size();
-                    put(out, &k, 4);
-                    put(out, &pt.step, 8);
-                    put(out, &len1, 8);
-                    put(out, first.data(), first.size());
-                    put(out, &len2, 8);
-                    put(out, second.data(), second.size());
-                }
+                std::vector<const compression_point*> points;
+                if (c != nullptr)
+                    for (const context::site& site : c->sites) points.push_back(&site.point);
+                const std::vector<std::byte> out = save_feedback_points(points);
                 const std::size_t room = *bytes;
                 *bytes = out.size();
                 if (data == nullptr || room < out.size()) return 1;
@@ -535,8 +592,7 @@ int compress_executor::control(int what, MPI_Comm comm, const char* text, void* 
                         return 0;
                     }
                 }
-                std::vector<context::site> probe(1u << 16);
-                restore_sites(blob, probe);  // refuse a malformed blob now
+                restore_feedback_points(blob, {});  // refuse a malformed blob now
                 auto* s = attribute<comm_settings>(comm, settings_keyval());
                 if (s == nullptr) {
                     s = new comm_settings;

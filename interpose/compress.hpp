@@ -13,6 +13,14 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace shunt {
+struct compression_point;
+}
 
 namespace shunt::detail {
 
@@ -54,10 +62,10 @@ public:
     /// SHUNT_REPORT's line of compression counters (empty when nothing was compressed or planned).
     std::string report_text() const;
 
-    /// Counting for the NCCL path (compress_nccl.cpp): a call compressed with method `m` (`floats`
-    /// elements sent as `sent` bytes), kept exact by the plan, in the warm-up, outside a confirmed
+    /// Counting for the NCCL path (compress_nccl.cpp): a call compressed with method `m` (`bytes`
+    /// of data sent as `sent` bytes), kept exact by the plan, in the warm-up, outside a confirmed
     /// pattern, run exact after the guard, and a plan made.
-    void count_compressed(std::size_t m, std::uint64_t floats, std::uint64_t sent) noexcept;
+    void count_compressed(std::size_t m, std::uint64_t bytes, std::uint64_t sent) noexcept;
     void count_planned_exact() noexcept { planned_exact_.fetch_add(1, std::memory_order_relaxed); }
     void count_warmup() noexcept { warmup_.fetch_add(1, std::memory_order_relaxed); }
     void count_unlocked() noexcept { unlocked_.fetch_add(1, std::memory_order_relaxed); }
@@ -68,6 +76,19 @@ public:
     /// The consent of the calling thread's scope, else the environment's (the NCCL path: no
     /// MPI communicator to carry one).
     compress_consent thread_or_environment() const noexcept;
+    /// The consent of a call on a communicator whose own consent (header API) is `comm`: the
+    /// calling thread's scope, else `comm`, else the environment's. Shared by the MPI and NCCL paths.
+    compress_consent consent_for(const std::optional<compress_consent>& comm) const noexcept;
+    /// The header API's consent text: "default" or null is none (the environment's again), else
+    /// off, auto or a list. False for text it does not accept. Setting one on a communicator
+    /// calls note_override(), so that wanted() looks further than the environment.
+    static bool parse_consent(const char* text, std::optional<compress_consent>& out) noexcept;
+    void note_override() noexcept { overridden_.store(true, std::memory_order_relaxed); }
+    /// The SHUNT_COMPRESS_CHECK shadow mode's line (rank 0 of the call's communicator only):
+    /// `call` of `count` elements at `position`, compressed as `option`, the relative L2 and the
+    /// largest error of `got` against `exact` (n values each).
+    static void log_check(const char* call, std::int64_t count, std::size_t position, const std::string& option,
+                          std::uint64_t compressed, const float* got, const float* exact, std::int64_t n) noexcept;
 
     struct context;
 
@@ -84,5 +105,15 @@ private:
     std::atomic<std::uint64_t> planned_exact_{0}, warmup_{0}, unlocked_{0}, fallbacks_{0}, plans_{0};
     std::atomic<std::uint64_t> bytes_in_{0}, bytes_sent_{0};
 };
+
+/// The header API's checkpoint of a communicator's error feedback (MPI and NCCL alike):
+/// "shuntcf1", the count of points, then per point its position, step and two residuals as
+/// compress::error_feedback::save() writes them. A null point saves as an empty one.
+std::vector<std::byte> save_feedback_points(std::span<const compression_point* const> points);
+
+/// Restores what save_feedback_points() wrote into `points` (null entries and positions beyond
+/// them are read and dropped). Throws shunt::error for a malformed checkpoint, having changed
+/// nothing only where the caller restores into copies (as both paths do).
+void restore_feedback_points(std::span<const std::byte> blob, std::span<compression_point* const> points);
 
 }  // namespace shunt::detail

@@ -50,10 +50,23 @@ struct w_decisions {
     std::shared_ptr<runtime::w_record> record[2];
 };
 
+/// Changes whenever a communicator's decisions are deleted (the handle may come back for another).
+std::atomic<std::uint64_t> w_epoch{0};
+
+/// The thread's last communicator per operation whose decision is the library's (final): a
+/// repeat passes without describing its blocks.
+struct kept_w {
+    MPI_Comm comm{};
+    std::uint64_t epoch = ~std::uint64_t{0};
+    w_decisions* ds = nullptr;
+};
+thread_local kept_w kept_ws[2];
+
 int w_keyval() {
     static const int keyval = [] {
         int k = MPI_KEYVAL_INVALID;
         const auto del = [](MPI_Comm, int, void* value, void*) -> int {
+            w_epoch.fetch_add(1, std::memory_order_acq_rel);
             delete static_cast<w_decisions*>(value);
             return MPI_SUCCESS;
         };
@@ -273,6 +286,7 @@ int fused_executor::decided(shim s, MPI_Comm comm, side& send, side& recv, Libra
     };
     const char* name = shim_names[static_cast<std::size_t>(s)];
     const settings& cfg = rt_.cfg();
+    const std::uint64_t epoch = w_epoch.load(std::memory_order_acquire);  // before the lookup
     send.way = rt_.devices().way_of(rt_.model(), cfg.pack, send.buf, send.total);
     recv.way = rt_.devices().way_of(rt_.model(), cfg.pack, recv.buf, recv.total);
     w_decisions* ds = decisions_of(comm);
@@ -317,7 +331,10 @@ int fused_executor::decided(shim s, MPI_Comm comm, side& send, side& recv, Libra
     }
     if ((c == state::library || c == state::shunt) && ds->record[which] != nullptr)
         ds->record[which]->taken.fetch_add(1, std::memory_order_relaxed);
-    if (c == state::library) return pass(pass_reason::planned);
+    if (c == state::library) {
+        kept_ws[which] = {comm, epoch, ds};
+        return pass(pass_reason::planned);
+    }
     if (c == state::shunt) return exchange(s, comm, send, recv, pass, exchange_bytes, true);
     // Measuring: each call runs both paths on the same data, in alternating order (the second
     // writes the same bytes again), timed; the first call warms both up (pools, first touch).
@@ -407,6 +424,16 @@ int runtime::neighbor_alltoallw(const void* sendbuf, const int sendcounts[], con
                                      comm);
 }
 
+bool fused_executor::repeat(int which, MPI_Comm comm) noexcept {
+    const kept_w& k = kept_ws[which];
+    if (k.comm != comm || k.epoch != w_epoch.load(std::memory_order_acquire)) return false;
+    // Host buffers only: a device buffer the library cannot take is staged whatever was decided.
+    if (rt_.devices().in_use_relaxed()) return false;
+    if (rt_.cfg().report != report_mode::off && k.ds->record[which] != nullptr)
+        k.ds->record[which]->taken.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
 int fused_executor::alltoallw(const void* sendbuf, const int sendcounts[], const int sdispls[],
                               const MPI_Datatype sendtypes[], void* recvbuf, const int recvcounts[],
                               const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm) noexcept {
@@ -418,6 +445,7 @@ int fused_executor::alltoallw(const void* sendbuf, const int sendcounts[], const
         return library();
     };
     if (!rt_.collectives().enabled(comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
+    if (repeat(0, comm)) return pass(pass_reason::planned);
     const bool in_place = sendbuf == MPI_IN_PLACE;
     int size = 0, inter = 0;
     if (recvcounts == nullptr || rdispls == nullptr || recvtypes == nullptr ||
@@ -458,6 +486,7 @@ int fused_executor::neighbor_alltoallw(const void* sendbuf, const int sendcounts
         return library();
     };
     if (!rt_.collectives().enabled(comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
+    if (repeat(1, comm)) return pass(pass_reason::planned);
     int kind = MPI_UNDEFINED;
     if (sendbuf == MPI_IN_PLACE || PMPI_Topo_test(comm, &kind) != MPI_SUCCESS) return pass(pass_reason::bad_argument);
     if (kind != MPI_CART && kind != MPI_DIST_GRAPH) return pass(pass_reason::unsupported);  // graph, or none

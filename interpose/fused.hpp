@@ -78,6 +78,10 @@ public:
     };
 
 private:
+    /// True where this thread's last call of operation `which` (0 MPI_Alltoallw, 1 the
+    /// neighbourhood form) on `comm` went to the library by the communicator's final decision:
+    /// the call passes without describing its blocks (the use counted for the report).
+    bool repeat(int which, MPI_Comm comm) noexcept;
     /// After the argument checks: the communicator's decision, then exchange() or `library()`,
     /// or both, timed, while it measures.
     template <class Library, class Exchange>

@@ -285,7 +285,7 @@ void nbc_executor::finish(op& o) noexcept {
     if (PMPI_Isend(&nothing, 0, MPI_BYTE, 0, o.self_tag, self_, &r) == MPI_SUCCESS) PMPI_Request_free(&r);
 }
 
-void nbc_executor::progress() noexcept {
+void nbc_executor::progress_slow() noexcept {
     collect();
     if (!in_flight()) return;
     progress_scratch* s = scratch().get();

@@ -76,8 +76,12 @@ public:
     /// MPI_Cancel of a request of shunt's: refused.
     int cancel(MPI_Request* h) noexcept;
 
-    /// Moves every schedule in flight as far as it can go without waiting. Never blocks.
-    void progress() noexcept;
+    /// Moves every schedule in flight as far as it can go without waiting. Never blocks. Inline:
+    /// every passed-through call asks, and with nothing in flight or released the answer is two loads.
+    void progress() noexcept {
+        if (active_.load(std::memory_order_acquire) != 0 || released_n_.load(std::memory_order_acquire) != 0)
+            progress_slow();
+    }
     /// Completes `*request` (the library's) while progressing: PMPI_Wait's result.
     int wait(MPI_Request* request, MPI_Status* status) noexcept;
     /// Completes requests[0..n) while progressing, as PMPI_Waitall would (statuses, result).
@@ -104,6 +108,9 @@ public:
     struct op;
 
 private:
+    /// progress() when something is in flight or released.
+    void progress_slow() noexcept;
+
     class polling_waiter final : public mpi_waiter {
     public:
         explicit polling_waiter(nbc_executor& x) noexcept : x_(x) {}

@@ -4,7 +4,8 @@
 #include <shunt/log.hpp>
 #include <shunt/model/file.hpp>
 #include <shunt/model/nccl_file.hpp>
-#include <shunt/topology/spec.hpp>
+#include <shunt/topology/gpu_domain.hpp>
+#include <shunt/topology/node_of.hpp>
 
 #include "compress_nccl.hpp"
 #include "runtime.hpp"
@@ -110,9 +111,11 @@ const nccl_real& nccl_real::get() noexcept {
 struct nccl_executor::comm_state {
     bool blocking = true;  ///< made blocking (a non-blocking one goes to NCCL entirely)
     bool single_process = false;  ///< one of ncclCommInitAll's (driven in groups: NCCL entirely)
-    enum class levels_state : std::uint8_t { unset, ready, none } levels = levels_state::unset;
+    /// `untabled`: none yet because no nccl.* table wants them (compression may still ask).
+    enum class levels_state : std::uint8_t { unset, ready, none, untabled } levels = levels_state::unset;
     nccl_levels lv;
     nccl_shape shape;
+    nccl_depths depths;  ///< the schedules lv allows
     /// Per (op, size class): 0 while undecided, else the method + 1.
     std::array<std::atomic<std::uint8_t>, nccl_op_names.size() * 65> decided{};
     void* scratch = nullptr;
@@ -123,44 +126,6 @@ namespace {
 
 int size_class(std::int64_t bytes) {
     return bytes <= 0 ? 0 : static_cast<int>(std::bit_width(static_cast<std::uint64_t>(bytes)));
-}
-
-/// A colour for ncclCommSplit from any number (non-negative, never NCCL_SPLIT_NOCOLOR).
-int color_of(std::uint64_t v) {
-    v ^= v >> 33;
-    v *= 0xff51afd7ed558ccdull;
-    v ^= v >> 33;
-    return static_cast<int>(v & 0x3fffffff);
-}
-
-/// The node of `rank` in a communicator of `nranks` by SHUNT_TOPOLOGY's node level (sizes or
-/// labels, keyed by the rank in this communicator), else by host name; -1 where the description
-/// does not cover the communicator.
-std::int64_t node_of(const std::string& topology, int rank, int nranks) {
-    if (!topology.empty()) {
-        const topology_spec spec = parse_topology_spec(topology);
-        for (const level_spec& l : spec.levels) {
-            if (l.name != "node") continue;
-            if (l.kind == grouping_kind::labels)
-                return rank < static_cast<int>(l.values.size()) && static_cast<int>(l.values.size()) == nranks
-                           ? l.values[static_cast<std::size_t>(rank)]
-                           : -1;
-            if (l.kind == grouping_kind::sizes) {
-                std::int64_t start = 0, group = 0;
-                for (std::size_t i = 0;; ++i, ++group) {
-                    const std::int64_t n = l.values[i % l.values.size()];
-                    if (rank < start + n) return group;
-                    start += n;
-                }
-            }
-            break;  // auto (and the host and Slurm forms): by host name, below
-        }
-    }
-    char host[256] = {0};
-    if (::gethostname(host, sizeof host - 1) != 0) return -1;
-    std::uint64_t h = 1469598103934665603ull;
-    for (const char* c = host; *c != '\0'; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-    return static_cast<std::int64_t>(h >> 1);
 }
 
 bool is_floating(ncclDataType_t t) {
@@ -233,9 +198,10 @@ bool nccl_executor::capturing(cudaStream_t stream) const noexcept {
     return status != 0;
 }
 
-bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) noexcept {
+bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream, bool untabled) noexcept {
     if (c.levels == comm_state::levels_state::ready) return true;
-    if (c.levels == comm_state::levels_state::none) return false;
+    if (c.levels == comm_state::levels_state::none || (c.levels == comm_state::levels_state::untabled && !untabled))
+        return false;
     if (capturing(stream)) return false;  // making communicators is no stream work: later, uncaptured
     int nranks = 0, rank = 0;
     if (real_.comm_count == nullptr || real_.comm_user_rank == nullptr || real_.comm_split == nullptr ||
@@ -250,7 +216,8 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     // exactly when they all agree; it is destroyed at once.
     const auto agree = [&](std::uint64_t what) {
         ncclComm_t all = nullptr;
-        if (real_.comm_split(comm, color_of(what), rank, &all, nullptr) != ncclSuccess || all == nullptr) return false;
+        if (real_.comm_split(comm, split_color(what), rank, &all, nullptr) != ncclSuccess || all == nullptr)
+            return false;
         int n = 0;
         const bool same = real_.comm_count(all, &n) == ncclSuccess && n == nranks;
         real_.comm_destroy(all);
@@ -260,24 +227,31 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     const std::uint64_t digest = nccl_digest(*model_);
     if (!agree(digest * 4 + static_cast<std::uint64_t>(cfg.nccl))) {
         why = "the ranks' models hold different nccl.* tables (or SHUNT_NCCL differs)";
-    } else if (cfg.nccl == nccl_choice::automatic && digest == 0) {
+    } else if (cfg.nccl == nccl_choice::automatic && digest == 0 && !untabled) {
         why = nullptr;  // no tables anywhere: NCCL keeps every call, nothing to set up (said at debug)
-        c.levels = comm_state::levels_state::none;
+        c.levels = comm_state::levels_state::untabled;
         log_debug(log_category::decide, "NCCL communicator of %d ranks: no nccl.* tables, NCCL keeps every call",
                   nranks);
         return false;
     } else {
         std::int64_t node = -1;
         try {
-            node = node_of(cfg.topology, rank, nranks);
+            node = node_of_rank(cfg.topology, rank, nranks);
         } catch (const std::exception& e) {
             log_warn(log_category::config, "NCCL: cannot use SHUNT_TOPOLOGY (%s); by host name", e.what());
-            node = node_of("", rank, nranks);
+            node = node_of_rank("", rank, nranks);
         }
+        std::pair<domain_source, std::int64_t> domain{domain_source::none, -1};
+        try {
+            domain = domain_of_rank(cfg.topology, rank, nranks);
+        } catch (const std::exception&) {  // said above for the node level
+            domain = {domain_source::discovered, -1};
+        }
+        if (domain.first == domain_source::discovered) domain.second = local_gpu_domain();
         nccl_levels lv;
         int ok = node >= 0;
-        if (ok &&
-            real_.comm_split(comm, color_of(static_cast<std::uint64_t>(node)), rank, &lv.node, nullptr) != ncclSuccess)
+        if (ok && real_.comm_split(comm, split_color(static_cast<std::uint64_t>(node)), rank, &lv.node, nullptr) !=
+                      ncclSuccess)
             ok = 0;
         if (ok && (real_.comm_count(lv.node, &lv.per_node) != ncclSuccess ||
                    real_.comm_user_rank(lv.node, &lv.local) != ncclSuccess))
@@ -287,22 +261,38 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
                    real_.comm_user_rank(lv.rail, &lv.node_index) != ncclSuccess))
             ok = 0;
         lv.block = ok && rank == lv.node_index * lv.per_node + lv.local;
-        // Every rank's view must be the same: equal nodes, the same count of them, the placement.
-        const std::uint64_t view = ok ? (static_cast<std::uint64_t>(lv.per_node) << 32 |
-                                         static_cast<std::uint64_t>(lv.nodes) << 1 | (lv.block ? 1u : 0u))
-                                      : ~std::uint64_t{0};
-        const bool agreed = agree(view) && ok && lv.per_node * lv.nodes == nranks;
-        if (agreed && lv.per_node > 1 && lv.nodes > 1) {
+        // Every rank's view must be the same: equal nodes, the same count of them, the placement,
+        // and whether each knows its GPU domain (then the node communicators are split by domain).
+        const bool want_domains = domain.second >= 0;
+        const auto view_of = [&](bool domains) {
+            return ok ? (static_cast<std::uint64_t>(lv.per_node) << 32 | static_cast<std::uint64_t>(lv.nodes) << 2 |
+                         (lv.block ? 2u : 0u) | (domains ? 1u : 0u))
+                      : ~std::uint64_t{0};
+        };
+        bool agreed = agree(view_of(want_domains)), domains_agreed = agreed && want_domains;
+        // Some rank may know no domain: every rank agrees again without them (all must split alike).
+        if (!agreed) agreed = agree(view_of(false));
+        agreed = agreed && ok && lv.per_node * lv.nodes == nranks;
+        bool three = false;
+        if (agreed && domains_agreed && lv.per_node > 1) three = split_domains(comm, rank, lv, domain.second);
+        const bool two = lv.per_node > 1 && lv.nodes > 1;
+        if (agreed && (two || three)) {
             c.lv = lv;
             c.shape = {nranks, lv.nodes};
+            c.depths = {two, three};
             c.levels = comm_state::levels_state::ready;
             if (rank == 0 && log_enabled(log_level::debug, log_category::decide))
-                log_debug(log_category::decide, "NCCL communicator of %d ranks: %d nodes of %d ranks (%s placement)",
-                          nranks, lv.nodes, lv.per_node, lv.block ? "block" : "other");
+                log_debug(log_category::decide, "NCCL communicator of %d ranks: %d nodes of %d ranks (%s placement)%s",
+                          nranks, lv.nodes, lv.per_node, lv.block ? "block" : "other",
+                          three ? (", each " + std::to_string(lv.domains) + " GPU domains of " +
+                                   std::to_string(lv.per_domain) + " ranks (" +
+                                   (domain.first == domain_source::described ? "SHUNT_TOPOLOGY" : "hwloc/NVML") + ")")
+                                      .c_str()
+                                : "");
             return true;
         }
-        if (lv.node != nullptr) real_.comm_destroy(lv.node);
-        if (lv.rail != nullptr) real_.comm_destroy(lv.rail);
+        for (ncclComm_t l : {lv.node, lv.rail, lv.domain, lv.across})
+            if (l != nullptr) real_.comm_destroy(l);
         if (!agreed) why = "its ranks do not form nodes of equal size alike";
     }
     c.levels = comm_state::levels_state::none;
@@ -311,16 +301,79 @@ bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) n
     return false;
 }
 
+const nccl_levels* nccl_executor::compression_levels(ncclComm_t comm, cudaStream_t stream) noexcept {
+    std::shared_ptr<comm_state> c;
+    try {
+        c = state_of(comm);
+    } catch (...) {
+        return nullptr;
+    }
+    // Every rank knows comm alike (made by the same calls), so every rank splits alike.
+    if (c == nullptr || !c->blocking || c->single_process || !ready(*c, comm, stream, true) || !c->depths.two)
+        return nullptr;
+    return &c->lv;  // comms_ keeps c until the communicator is destroyed
+}
+
+bool nccl_executor::split_domains(ncclComm_t comm, int rank, nccl_levels& lv, std::int64_t label) noexcept {
+    // Collective over each node communicator, whose ranks all reach it (they agreed to).
+    int ok = real_.comm_split(lv.node, split_color(static_cast<std::uint64_t>(label)), lv.local, &lv.domain, nullptr) ==
+                 ncclSuccess &&
+             lv.domain != nullptr;
+    if (ok && (real_.comm_count(lv.domain, &lv.per_domain) != ncclSuccess ||
+               real_.comm_user_rank(lv.domain, &lv.in_domain) != ncclSuccess))
+        ok = 0;
+    if (ok &&
+        (real_.comm_split(lv.node, lv.in_domain, lv.local, &lv.across, nullptr) != ncclSuccess || lv.across == nullptr))
+        ok = 0;
+    if (ok && (real_.comm_count(lv.across, &lv.domains) != ncclSuccess ||
+               real_.comm_user_rank(lv.across, &lv.domain_index) != ncclSuccess))
+        ok = 0;
+    // Equal domains on every node, and each node's ranks ordered domain by domain, so that a rail
+    // joins the ranks that own the same part of the vector (collectives/nccl.hpp).
+    const bool placed = ok && lv.local == lv.domain_index * lv.per_domain + lv.in_domain;
+    const std::uint64_t view =
+        ok && placed ? static_cast<std::uint64_t>(lv.per_domain) << 32 | static_cast<std::uint64_t>(lv.domains)
+                     : ~std::uint64_t{0};
+    // Every rank of the communicator agrees (one split of it, destroyed at once).
+    int n = 0, nranks = 0;
+    ncclComm_t all = nullptr;
+    bool good = real_.comm_count(comm, &nranks) == ncclSuccess &&
+                real_.comm_split(comm, split_color(view), rank, &all, nullptr) == ncclSuccess && all != nullptr;
+    if (all != nullptr) {
+        good = good && real_.comm_count(all, &n) == ncclSuccess && n == nranks;
+        real_.comm_destroy(all);
+    }
+    good = good && ok && placed && lv.per_domain > 1 && lv.domains > 1;
+    if (good) return true;
+    for (ncclComm_t* l : {&lv.domain, &lv.across})
+        if (*l != nullptr) real_.comm_destroy(*l), *l = nullptr;
+    lv.per_domain = lv.domains = 1;
+    lv.in_domain = lv.domain_index = 0;
+    return false;
+}
+
 nccl_method nccl_executor::method_of(comm_state& c, nccl_op op, std::int64_t bytes) noexcept {
     std::atomic<std::uint8_t>& slot = c.decided[static_cast<std::size_t>(op) * 65 + size_class(bytes)];
     if (const std::uint8_t v = slot.load(std::memory_order_acquire); v != 0) return static_cast<nccl_method>(v - 1);
-    const nccl_decision d = decide_nccl(*model_, rt_.cfg().nccl, op, bytes, c.shape);
+    const nccl_decision d = decide_nccl(*model_, rt_.cfg().nccl, op, bytes, c.shape, c.depths);
     slot.store(static_cast<std::uint8_t>(static_cast<int>(d.method) + 1), std::memory_order_release);
-    if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0)
-        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (library %.3g us, hierarchical %.3g us)",
+    if (log_enabled(log_level::debug, log_category::decide) && c.lv.node_index == 0 && c.lv.local == 0) {
+        // Names the tables the predictions come from (nan where the model has none).
+        const std::string lib = table_names::nccl(op, nccl_method::library, c.shape);
+        const std::string hier = table_names::nccl(op, nccl_method::hierarchical, c.shape);
+        const std::string hier3 = table_names::nccl(op, nccl_method::hierarchical3, c.shape);
+        // The third table only where three levels apply: the two-level line stays as it was.
+        char third[160] = "";
+        if (c.depths.three && op == nccl_op::allreduce)
+            std::snprintf(third, sizeof third, ", %s %.3g us", hier3.c_str(), d.hierarchical3_s * 1e6);
+        log_debug(log_category::decide, "nccl %s of %lld bytes on %s: %s%s (%s %.3g us, %s %.3g us%s)",
                   to_string(op).data(), static_cast<long long>(bytes), c.shape.text().c_str(),
-                  d.method == nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
-                  d.forced ? " (forced by SHUNT_NCCL)" : "", d.library_s * 1e6, d.hierarchical_s * 1e6);
+                  d.method == nccl_method::library        ? "NCCL"
+                  : d.method == nccl_method::hierarchical ? "shunt's schedule over node+rail"
+                                                          : "shunt's schedule over domain+node+rail",
+                  d.forced ? " (forced by SHUNT_NCCL)" : "", lib.c_str(), d.library_s * 1e6, hier.c_str(),
+                  d.hierarchical_s * 1e6, third);
+    }
     return d.method;
 }
 
@@ -343,7 +396,7 @@ pass_reason nccl_executor::eligible(nccl_shim s, nccl_op op, ncclComm_t comm, nc
     if (c->levels == comm_state::levels_state::unset && rt_.cfg().nccl != nccl_choice::shunt && bytes < nccl_min_bytes)
         return pass_reason::planned;  // the levels are set up by the first call that could use them
     if (!ready(*c, comm, stream)) return pass_reason::unsupported;
-    if (op != nccl_op::allreduce && !c->lv.block) return pass_reason::unsupported;
+    if (op != nccl_op::allreduce && (!c->lv.block || !c->depths.two)) return pass_reason::unsupported;
     if (method_of(*c, op, bytes) == nccl_method::library) return pass_reason::planned;
     return pass_reason::none;
 }
@@ -383,14 +436,14 @@ void nccl_executor::release_levels(comm_state& c, nccl_shim how) noexcept {
             real_.mem_free(c.scratch), c.scratch = nullptr;
         return;
     }
-    for (ncclComm_t l : {c.lv.node, c.lv.rail}) {
+    for (ncclComm_t l : {c.lv.node, c.lv.rail, c.lv.domain, c.lv.across}) {
         if (l == nullptr) continue;
         if (how == nccl_shim::comm_finalize && real_.comm_finalize != nullptr) real_.comm_finalize(l);
         if (how == nccl_shim::comm_destroy && real_.comm_destroy != nullptr) real_.comm_destroy(l);
         if (how == nccl_shim::comm_abort && real_.comm_abort != nullptr) real_.comm_abort(l);
     }
     if (how == nccl_shim::comm_finalize) return;  // destroyed with the user's communicator
-    c.lv.node = c.lv.rail = nullptr;
+    c.lv.node = c.lv.rail = c.lv.domain = c.lv.across = nullptr;
     c.levels = comm_state::levels_state::none;
     if (c.scratch != nullptr && real_.mem_free != nullptr) real_.mem_free(c.scratch);
     c.scratch = nullptr;
@@ -403,8 +456,9 @@ ncclResult_t nccl_executor::all_reduce(const void* sendbuff, void* recvbuff, siz
     tally(nccl_shim::all_reduce);
     std::shared_ptr<comm_state> c;
     // Gradient compression first, where consented (compress_nccl.cpp): outside groups and graph
-    // capture, on blocking communicators of shunt's knowing; float sums only (checked there).
-    if (rt_.compression().wanted() && nccl_group_depth == 0 && datatype == ncclFloat32 && op == ncclSum) {
+    // capture, on blocking communicators of shunt's knowing; float, half and bfloat16 sums only.
+    if (rt_.compression().wanted() && nccl_group_depth == 0 && op == ncclSum &&
+        (datatype == ncclFloat32 || datatype == ncclFloat16 || datatype == ncclBfloat16)) {
         try {
             c = state_of(comm);
         } catch (...) {}
@@ -420,6 +474,12 @@ ncclResult_t nccl_executor::all_reduce(const void* sendbuff, void* recvbuff, siz
         why != pass_reason::none) {
         pass(nccl_shim::all_reduce, why);
         return real_.all_reduce(sendbuff, recvbuff, count, datatype, op, comm, stream);
+    }
+    if (method_of(*c, nccl_op::allreduce, bytes) == nccl_method::hierarchical3) {
+        const ncclResult_t r =
+            nccl_allreduce3(functions(), c->lv, comm, sendbuff, recvbuff, count, datatype, op, stream);
+        if (r == ncclSuccess) three_level_.fetch_add(1, std::memory_order_relaxed);
+        return done(nccl_shim::all_reduce, r);
     }
     return done(nccl_shim::all_reduce,
                 nccl_allreduce(functions(), c->lv, comm, sendbuff, recvbuff, count, datatype, op, stream));
@@ -596,8 +656,7 @@ ncclResult_t nccl_executor::comm_finalize(ncclComm_t comm) noexcept {
     return real_.comm_finalize(comm);
 }
 
-ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
-    tally(nccl_shim::comm_destroy);
+void nccl_executor::forget(ncclComm_t comm, nccl_shim how) noexcept {
     std::shared_ptr<comm_state> c;
     try {
         const std::unique_lock lock(mutex_);
@@ -606,23 +665,19 @@ ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
             comms_.erase(it);
         }
     } catch (...) {}
-    if (c != nullptr) release_levels(*c, nccl_shim::comm_destroy);
+    if (c != nullptr) release_levels(*c, how);
     nccl_compression_forget(comm);
+}
+
+ncclResult_t nccl_executor::comm_destroy(ncclComm_t comm) noexcept {
+    tally(nccl_shim::comm_destroy);
+    forget(comm, nccl_shim::comm_destroy);
     return real_.comm_destroy(comm);
 }
 
 ncclResult_t nccl_executor::comm_abort(ncclComm_t comm) noexcept {
     tally(nccl_shim::comm_abort);
-    std::shared_ptr<comm_state> c;
-    try {
-        const std::unique_lock lock(mutex_);
-        if (auto it = comms_.find(comm); it != comms_.end()) {
-            c = std::move(it->second);
-            comms_.erase(it);
-        }
-    } catch (...) {}
-    if (c != nullptr) release_levels(*c, nccl_shim::comm_abort);
-    nccl_compression_forget(comm);
+    forget(comm, nccl_shim::comm_abort);
     return real_.comm_abort(comm);
 }
 
@@ -651,7 +706,12 @@ void nccl_executor::report() noexcept {
                               static_cast<unsigned long long>(n));
                 reasons += buf;
             }
-        log_write(log_level::info, log_category::report, "%s; collectives to NCCL: %s", line.c_str(),
+        const std::uint64_t three = three_level_.load(std::memory_order_relaxed);
+        char levels[80] = "";
+        if (three != 0)
+            std::snprintf(levels, sizeof levels, "; allreduce over domain+node+rail %llu",
+                          static_cast<unsigned long long>(three));
+        log_write(log_level::info, log_category::report, "%s%s; collectives to NCCL: %s", line.c_str(), levels,
                   reasons.empty() ? "none" : reasons.c_str());
     } catch (...) {}
 }

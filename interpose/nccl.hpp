@@ -73,6 +73,14 @@ public:
     /// The report of NCCL calls (one line), for SHUNT_REPORT at exit.
     void report() noexcept;
 
+    /// The node and rail communicators of `comm` for the compressed hierarchical schemes
+    /// (compress_nccl.cpp), set up now where no call has yet, even where NCCL's own calls need no
+    /// levels (no nccl.* tables): null where shunt does not know `comm` or its ranks do not form
+    /// several equal nodes of several ranks. Collective over comm (ncclCommSplit): call it where
+    /// every rank of comm reaches it alike, outside groups and graph capture. The levels live
+    /// until the communicator is destroyed.
+    const nccl_levels* compression_levels(ncclComm_t comm, cudaStream_t stream) noexcept;
+
     /// What shunt keeps of one communicator.
     struct comm_state;
 
@@ -80,8 +88,14 @@ private:
     /// The state of `comm`, or null where shunt does not know it.
     std::shared_ptr<comm_state> state_of(ncclComm_t comm) const;
     void keep(ncclComm_t comm, bool blocking, bool single_process) noexcept;
-    /// The levels of `c`, set up at the first call that needs them (false: the call goes to NCCL).
-    bool ready(comm_state& c, ncclComm_t comm, cudaStream_t stream) noexcept;
+    /// The levels of `c`, set up at the first call that needs them (false: the call goes to NCCL);
+    /// `untabled`: also where no nccl.* table asks for them (for compression_levels).
+    bool ready(comm_state& c, ncclComm_t comm, cudaStream_t stream, bool untabled = false) noexcept;
+    /// The domain level of `lv` (rank `rank` of `comm`, whose node communicator has several
+    /// ranks), from this rank's domain `label`: splits the node communicator by domain and across
+    /// the domains; true where every rank of comm sees several equal domains of several ranks,
+    /// placed domain by domain in its node; else frees what it made. Collective over comm.
+    bool split_domains(ncclComm_t comm, int rank, nccl_levels& lv, std::int64_t label) noexcept;
     /// The method for `op` of `bytes` on `c` (cached per size class), logged when new.
     nccl_method method_of(comm_state& c, nccl_op op, std::int64_t bytes) noexcept;
     /// The common part of every collective: eligibility, levels, decision; pass_reason::none when
@@ -94,6 +108,9 @@ private:
     bool capturing(cudaStream_t stream) const noexcept;
     /// Levels of `c` torn down with the user's communicator (by `how`: finalize, destroy, abort).
     void release_levels(comm_state& c, nccl_shim how) noexcept;
+    /// Drops comm's state (its levels released by `how`) and its compression state: ncclCommDestroy
+    /// and ncclCommAbort, before the real call.
+    void forget(ncclComm_t comm, nccl_shim how) noexcept;
     void tally(nccl_shim s) noexcept { calls_[static_cast<std::size_t>(s)].fetch_add(1, std::memory_order_relaxed); }
     ncclResult_t pass(nccl_shim s, pass_reason why) noexcept;
     ncclResult_t done(nccl_shim s, ncclResult_t r) noexcept;
@@ -108,6 +125,7 @@ private:
     std::unordered_map<ncclComm_t, std::shared_ptr<comm_state>> comms_;
     std::array<std::atomic<std::uint64_t>, nccl_shim_count> calls_{}, by_shunt_{};
     std::array<std::atomic<std::uint64_t>, pass_reason_count> passed_{};
+    std::atomic<std::uint64_t> three_level_{0};  ///< allreduces run over domain, node and rail
     std::atomic<bool> resolved_warned_{false};
 };
 

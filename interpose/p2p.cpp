@@ -311,8 +311,84 @@ MPI_Status* statuses_for(MPI_Status* given, std::vector<MPI_Status>& local, int 
 
 // ---- entry points ----
 
+namespace {
+
+/// The thread's recent calls that went to the library as one contiguous run or by the planner's
+/// settled choice, per direction and a few datatypes: a repeat (same datatype handle and count,
+/// no datatype committed, duplicated or freed and the model unchanged since) passes without a
+/// type lookup or a plan. Calls the planner still measures are not kept.
+struct kept_p2p {
+    MPI_Datatype type{};
+    int count = -1;  ///< -1: nothing kept
+    std::uint64_t types = 0, generation = 0;
+    pass_reason why = pass_reason::none;
+    std::atomic<std::uint64_t>* taken = nullptr;  ///< the planner's use count (planned ones)
+};
+constexpr std::size_t kept_ways = 4;
+thread_local kept_p2p kept_p2ps[2 * kept_ways];
+
+kept_p2p& kept_slot(direction d, MPI_Datatype t) noexcept {
+    std::uint64_t h = 0;
+    std::memcpy(&h, &t, sizeof t < sizeof h ? sizeof t : sizeof h);
+    const std::size_t way = static_cast<std::size_t>((h * 0x9E3779B97F4A7C15ull) >> 62);
+    return kept_p2ps[(d == direction::recv ? kept_ways : 0) + way];
+}
+
+/// The kept call `(d, count, type)` repeats, or nullptr where the full decision is due.
+[[gnu::always_inline]] inline const kept_p2p* kept_for(runtime& rt, direction d, const void* buf, int count,
+                                                       MPI_Datatype type, int peer) noexcept {
+    const kept_p2p& k = kept_slot(d, type);
+    if (k.count != count || k.type != type || buf == nullptr || peer == MPI_PROC_NULL) return nullptr;
+    // A contiguous run is one whatever the model says.
+    if (k.types != rt.memo().generation() ||
+        (k.why != pass_reason::contiguous && k.generation != rt.model().generation()) ||
+        rt.devices().in_use_relaxed() || !rt.running_now())
+        return nullptr;
+    return &k;
+}
+
+/// A kept call's reason, its use counted (the use count only feeds SHUNT_REPORT).
+[[gnu::always_inline]] inline pass_reason use(const runtime& rt, const kept_p2p& k) noexcept {
+    if (k.taken != nullptr && rt.cfg().report != report_mode::off) k.taken->fetch_add(1, std::memory_order_relaxed);
+    return k.why;
+}
+
+}  // namespace
+
+[[gnu::always_inline]] inline pass_reason p2p_executor::repeated(direction d, const void* buf, int count,
+                                                                 MPI_Datatype type, int peer) noexcept {
+    const kept_p2p* k = kept_for(rt_, d, buf, count, type, peer);
+    return k != nullptr ? use(rt_, *k) : pass_reason::none;
+}
+
+// Each data mover first asks quick(): a repeat of a call the library took goes to it at once.
+
+[[gnu::always_inline]] inline bool p2p_executor::quick_pair(shim s, const void* sendbuf, int sendcount,
+                                                            MPI_Datatype sendtype, int dest, const void* recvbuf,
+                                                            int recvcount, MPI_Datatype recvtype, int source) noexcept {
+    if (live()) return false;
+    const kept_p2p* sk = kept_for(rt_, direction::send, sendbuf, sendcount, sendtype, dest);
+    if (sk == nullptr) return false;
+    const kept_p2p* rk = kept_for(rt_, direction::recv, recvbuf, recvcount, recvtype, source);
+    if (rk == nullptr) return false;
+    rt_.count_passed(s, direction::send, use(rt_, *sk));
+    rt_.count_pass(direction::recv, use(rt_, *rk));
+    return true;
+}
+
+[[gnu::always_inline]] inline bool p2p_executor::quick(shim s, direction d, const void* buf, int count,
+                                                       MPI_Datatype type, int peer) noexcept {
+    if (live()) return false;
+    const pass_reason why = repeated(d, buf, count, type, peer);
+    if (why == pass_reason::none) return false;
+    rt_.count_passed(s, d, why);
+    return true;
+}
+
 #define SHUNT_SEND_ENTRY_(name)                                                                                       \
     int runtime::name(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) noexcept { \
+        if (p2p_.quick(shim::name, direction::send, buf, count, datatype, dest)) [[likely]]                           \
+            return send_call(nbc_, shim::name, buf, count, datatype, dest, tag, comm);                                \
         this->count(shim::name);                                                                                      \
         return p2p_.send({shim::name, direction::send, buf, count, datatype, dest}, tag, comm);                       \
     }
@@ -322,36 +398,44 @@ SHUNT_SEND_ENTRY_(rsend)
 SHUNT_SEND_ENTRY_(bsend)
 #undef SHUNT_SEND_ENTRY_
 
-#define SHUNT_REQUEST_ENTRY_(name, member)                                                                 \
-    int runtime::name(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm, \
-                      MPI_Request* request) noexcept {                                                     \
-        this->count(shim::name);                                                                           \
-        return p2p_.member({shim::name, direction::send, buf, count, datatype, dest}, tag, comm, request); \
+#define SHUNT_REQUEST_ENTRY_(name, member, library)                                                               \
+    int runtime::name(const void* buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,        \
+                      MPI_Request* request) noexcept {                                                            \
+        if (request != nullptr && p2p_.quick(shim::name, direction::send, buf, count, datatype, dest)) [[likely]] \
+            return library(shim::name, buf, count, datatype, dest, tag, comm, request);                           \
+        this->count(shim::name);                                                                                  \
+        return p2p_.member({shim::name, direction::send, buf, count, datatype, dest}, tag, comm, request);        \
     }
-SHUNT_REQUEST_ENTRY_(isend, isend)
-SHUNT_REQUEST_ENTRY_(issend, isend)
-SHUNT_REQUEST_ENTRY_(irsend, isend)
-SHUNT_REQUEST_ENTRY_(ibsend, isend)
-SHUNT_REQUEST_ENTRY_(send_init, send_init)
-SHUNT_REQUEST_ENTRY_(ssend_init, send_init)
-SHUNT_REQUEST_ENTRY_(rsend_init, send_init)
-SHUNT_REQUEST_ENTRY_(bsend_init, send_init)
+SHUNT_REQUEST_ENTRY_(isend, isend, isend_call)
+SHUNT_REQUEST_ENTRY_(issend, isend, isend_call)
+SHUNT_REQUEST_ENTRY_(irsend, isend, isend_call)
+SHUNT_REQUEST_ENTRY_(ibsend, isend, isend_call)
+SHUNT_REQUEST_ENTRY_(send_init, send_init, send_init_call)
+SHUNT_REQUEST_ENTRY_(ssend_init, send_init, send_init_call)
+SHUNT_REQUEST_ENTRY_(rsend_init, send_init, send_init_call)
+SHUNT_REQUEST_ENTRY_(bsend_init, send_init, send_init_call)
 #undef SHUNT_REQUEST_ENTRY_
 
 int runtime::recv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                   MPI_Status* status) noexcept {
+    if (p2p_.quick(shim::recv, direction::recv, buf, count, datatype, source)) [[likely]]
+        return recv_call(nbc_, buf, count, datatype, source, tag, comm, status);
     this->count(shim::recv);
     return p2p_.recv({shim::recv, direction::recv, buf, count, datatype, source}, tag, comm, status);
 }
 
 int runtime::irecv(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                    MPI_Request* request) noexcept {
+    if (request != nullptr && p2p_.quick(shim::irecv, direction::recv, buf, count, datatype, source)) [[likely]]
+        return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);
     this->count(shim::irecv);
     return p2p_.irecv({shim::irecv, direction::recv, buf, count, datatype, source}, tag, comm, request);
 }
 
 int runtime::recv_init(void* buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                        MPI_Request* request) noexcept {
+    if (request != nullptr && p2p_.quick(shim::recv_init, direction::recv, buf, count, datatype, source)) [[likely]]
+        return PMPI_Recv_init(buf, count, datatype, source, tag, comm, request);
     this->count(shim::recv_init);
     return p2p_.recv_init({shim::recv_init, direction::recv, buf, count, datatype, source}, tag, comm, request);
 }
@@ -359,6 +443,10 @@ int runtime::recv_init(void* buf, int count, MPI_Datatype datatype, int source, 
 int runtime::sendrecv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void* recvbuf,
                       int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
                       MPI_Status* status) noexcept {
+    if (p2p_.quick_pair(shim::sendrecv, sendbuf, sendcount, sendtype, dest, recvbuf, recvcount, recvtype, source))
+        [[likely]]
+        return sendrecv_call(nbc_, sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+                             recvtag, comm, status);
     this->count(shim::sendrecv);
     return p2p_.sendrecv({shim::sendrecv, direction::send, sendbuf, sendcount, sendtype, dest}, sendtag,
                          {shim::sendrecv, direction::recv, recvbuf, recvcount, recvtype, source}, recvtag, comm,
@@ -456,20 +544,6 @@ int runtime::request_get_status(MPI_Request request, int* flag, MPI_Status* stat
 
 // ---- planning ----
 
-bool p2p_executor::host_run(const call& c) noexcept {
-    if (rt_.devices().in_use_relaxed() || rt_.cfg().pack == pack_choice::library || c.count <= 0 ||
-        c.peer == MPI_PROC_NULL || c.buf == nullptr || !rt_.running_now())
-        return false;
-    try {
-        const type_info* t = rt_.memo().find(c.type);
-        std::int64_t bytes = 0;
-        return t != nullptr && !__builtin_mul_overflow(static_cast<std::int64_t>(c.count), t->size, &bytes) &&
-               bytes > 0 && bytes <= INT_MAX && t->dense(c.count);
-    } catch (...) {
-        return false;  // plan_call decides, and reports
-    }
-}
-
 pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noexcept {
     if (!rt_.running()) return pass_reason::not_running;
     if (c.count < 0) return pass_reason::bad_argument;
@@ -479,6 +553,12 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
     if (cfg.pack == pack_choice::library && !devices.in_use()) return pass_reason::forced;
     if (c.buf == nullptr) return pass_reason::bad_argument;  // MPI_BOTTOM: absolute addresses, the library's
     try {
+        // Both generations before the lookup: a change meanwhile leaves the kept call stale.
+        const std::uint64_t types = rt_.memo().generation(), generation = rt_.model().generation();
+        const auto keep = [&](pass_reason why, std::atomic<std::uint64_t>* taken) {
+            kept_slot(c.d, c.type) = {c.type, c.count, types, generation, why, taken};
+            return why;
+        };
         const bool device = devices.on_device(c.buf);
         const type_info* t = rt_.memo().find(c.type);
         if (t == nullptr) return pass_reason::unknown_type;
@@ -488,11 +568,12 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
         if (bytes == 0) return pass_reason::empty;
         const bool dense = t->dense(c.count);
         if (!device) {
-            if (dense) return pass_reason::contiguous;
+            if (dense) return devices.in_use() ? pass_reason::contiguous : keep(pass_reason::contiguous, nullptr);
             if (cfg.pack == pack_choice::library) return pass_reason::forced;
             if (cfg.pack != pack_choice::host) {
                 bool is_new = false;
-                const plan_decision pd = rt_.pack_planner().pack(*t, c.count, c.d == direction::recv, &is_new);
+                std::atomic<std::uint64_t>* taken = nullptr;
+                const plan_decision pd = rt_.pack_planner().pack(*t, c.count, c.d == direction::recv, &is_new, &taken);
                 const host_p2p_choice h = choose_host_p2p(rt_.model(), pd);
                 if (is_new && cfg.log.enabled(log_level::debug, log_category::decide))
                     log_debug(log_category::decide,
@@ -501,7 +582,8 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
                               shim_names[static_cast<std::size_t>(c.s)], c.count, static_cast<long long>(bytes),
                               static_cast<long long>(pd.blocks), h.shunt ? "shunt's host packer" : "the library",
                               h.library_s * 1e6, h.shunt_s * 1e6);
-                if (!h.shunt) return pass_reason::planned;
+                if (!h.shunt)
+                    return pd.measuring || devices.in_use() ? pass_reason::planned : keep(pass_reason::planned, taken);
             }
             p.method = device_path::host;
         } else {
@@ -526,9 +608,8 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
 }
 
 bool p2p_executor::passed(const call& c, bool keep_type, pass_reason early, plan& p) noexcept {
-    const pass_reason why = early != pass_reason::none ? early
-                            : host_run(c)              ? pass_reason::contiguous
-                                                       : plan_call(c, keep_type, p);
+    pass_reason why = early != pass_reason::none ? early : repeated(c.d, c.buf, c.count, c.type, c.peer);
+    if (why == pass_reason::none) why = plan_call(c, keep_type, p);
     if (why == pass_reason::none) return false;
     rt_.count_pass(c.d, why);
     return true;
@@ -738,8 +819,10 @@ int p2p_executor::sendrecv(const call& sc, int sendtag, const call& rc_, int rec
     plan sp, rp;
     // The send plan's type stays valid through the second lookup: the type cache holds it, and
     // the application may not free a type during a call that uses it.
-    const pass_reason swhy = plan_call(sc, false, sp);
-    const pass_reason rwhy = plan_call(rc_, false, rp);
+    pass_reason swhy = repeated(sc.d, sc.buf, sc.count, sc.type, sc.peer),
+                rwhy = repeated(rc_.d, rc_.buf, rc_.count, rc_.type, rc_.peer);
+    if (swhy == pass_reason::none) swhy = plan_call(sc, false, sp);
+    if (rwhy == pass_reason::none) rwhy = plan_call(rc_, false, rp);
     if (swhy != pass_reason::none) rt_.count_pass(direction::send, swhy);
     if (rwhy != pass_reason::none) rt_.count_pass(direction::recv, rwhy);
     if (swhy != pass_reason::none && rwhy != pass_reason::none) return library();

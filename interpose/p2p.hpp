@@ -48,6 +48,15 @@ public:
         int peer;  ///< destination or source (0 for matched receives)
     };
 
+    /// The fast path every data mover takes first, before counting its call: true (the call and
+    /// the reason counted) where the call repeats one of this thread's that the library took as
+    /// one contiguous run or by the planner's settled choice, and no request of shunt's is alive;
+    /// the caller then passes it on itself.
+    bool quick(shim s, direction d, const void* buf, int count, MPI_Datatype type, int peer) noexcept;
+    /// quick() for MPI_Sendrecv: both sides repeat calls the library took.
+    bool quick_pair(shim s, const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, const void* recvbuf,
+                    int recvcount, MPI_Datatype recvtype, int source) noexcept;
+
     /// MPI_Send, MPI_Ssend, MPI_Rsend, MPI_Bsend (by `c.s`).
     int send(const call& c, int tag, MPI_Comm comm) noexcept;
     /// MPI_Isend, MPI_Issend, MPI_Irsend, MPI_Ibsend.
@@ -114,10 +123,10 @@ public:
 private:
     /// True when some request of shunt's is alive: completion calls are pure pass-through otherwise.
     bool live() const noexcept { return live_.load(std::memory_order_acquire) != 0; }
-    /// The common case, answered before a plan is built: `c` is one contiguous run of host memory
-    /// (no device in use), which the library moves as it is. True exactly where plan_call would
-    /// pass the call as `contiguous`; false otherwise, and plan_call then decides.
-    bool host_run(const call& c) noexcept;
+    /// The common case, answered before a plan is built: the call repeats one of this thread's that
+    /// plan_call passed as one contiguous run of host memory or by the planner's settled choice
+    /// (no device in use). That reason, exactly what plan_call would answer; none otherwise.
+    pass_reason repeated(direction d, const void* buf, int count, MPI_Datatype type, int peer) noexcept;
     /// Decides whether `c` is shunt's; fills `p`. `keep_type`: the plan holds the type (requests).
     pass_reason plan_call(const call& c, bool keep_type, plan& p) noexcept;
     /// The checks every call starts with: `early` (a reason found by the caller), a contiguous host

@@ -100,8 +100,14 @@ public:
     /// True once MPI has started and not yet finalised, without starting shunt (a cheap load).
     bool running_now() const noexcept { return state_.load(std::memory_order_acquire) == state::running; }
 
-    void count(shim s) noexcept { stats_.add(counter_index::calls(s)); }
-    void count_pass(direction d, pass_reason why) noexcept { stats_.add(counter_index::passed(d, why)); }
+    [[gnu::always_inline]] void count(shim s) noexcept { stats_.add(counter_index::calls(s)); }
+    [[gnu::always_inline]] void count_pass(direction d, pass_reason why) noexcept {
+        stats_.add(counter_index::passed(d, why));
+    }
+    /// count(s) and count_pass(d, why) at once (the passed-through fast paths).
+    [[gnu::always_inline]] void count_passed(shim s, direction d, pass_reason why) noexcept {
+        stats_.add(counter_index::calls(s), 1, counter_index::passed(d, why), 1);
+    }
     void count_done(direction d, std::int64_t bytes) noexcept {
         stats_.add(counter_index::handled(d), 1, counter_index::bytes(d), static_cast<std::uint64_t>(bytes));
     }

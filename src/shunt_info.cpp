@@ -7,9 +7,9 @@
 #include <shunt/model/nccl_file.hpp>
 #include <shunt/pack/host.hpp>
 #include <shunt/plan/collective.hpp>
-#include <shunt/plan/nccl_tuner.hpp>
-#include <shunt/plan/nccl.hpp>
 #include <shunt/plan/compress.hpp>
+#include <shunt/plan/nccl.hpp>
+#include <shunt/plan/nccl_tuner.hpp>
 #include <shunt/plan/planner.hpp>
 #include <shunt/topology/gpu.hpp>
 #include <shunt/topology/locality.hpp>
@@ -315,19 +315,22 @@ int explain_nccl_tuner(int argc, char** argv) {
     return 0;
 }
 
-/// --explain nccl-OP BYTES [RANKS PER_NODE]: shunt's choice for an NCCL collective on a
-/// communicator of RANKS ranks in nodes of PER_NODE (default 8 and 4).
+/// --explain nccl-OP BYTES [RANKS PER_NODE [PER_DOMAIN]]: shunt's choice for an NCCL collective on
+/// a communicator of RANKS ranks in nodes of PER_NODE (default 8 and 4), each node in GPU domains
+/// of PER_DOMAIN ranks (default: one domain).
 int explain_nccl(int argc, char** argv) {
     const std::string_view name = std::string_view(argv[2]).substr(5);
     std::size_t op = 0;
     while (op < shunt::nccl_op_names.size() && shunt::nccl_op_names[op] != name) ++op;
-    std::int64_t bytes = 0, ranks = 8, per_node = 4;
-    if (op == shunt::nccl_op_names.size() || (argc != 4 && argc != 6) || !parse_positive(argv[3], bytes) ||
-        (argc == 6 && (!parse_positive(argv[4], ranks) || !parse_positive(argv[5], per_node) ||
-                       ranks % per_node != 0 || ranks > INT_MAX))) {
+    std::int64_t bytes = 0, ranks = 8, per_node = 4, per_domain = 0;
+    if (op == shunt::nccl_op_names.size() || (argc != 4 && argc != 6 && argc != 7) || !parse_positive(argv[3], bytes) ||
+        (argc >= 6 && (!parse_positive(argv[4], ranks) || !parse_positive(argv[5], per_node) || ranks % per_node != 0 ||
+                       ranks > INT_MAX)) ||
+        (argc == 7 && (!parse_positive(argv[6], per_domain) || per_node % per_domain != 0))) {
         std::fprintf(stderr,
-                     "shunt-info: --explain takes nccl-OP BYTES [RANKS PER_NODE], OP one of allreduce, "
-                     "reduce_scatter, allgather, broadcast, reduce, PER_NODE dividing RANKS\n");
+                     "shunt-info: --explain takes nccl-OP BYTES [RANKS PER_NODE [PER_DOMAIN]], OP one of allreduce, "
+                     "reduce_scatter, allgather, broadcast, reduce, PER_NODE dividing RANKS, PER_DOMAIN dividing "
+                     "PER_NODE\n");
         return 2;
     }
     // The model the NCCL executor reads: the NCCL tables' file where there is one, else shunt's model.
@@ -342,28 +345,36 @@ int explain_nccl(int argc, char** argv) {
     const shunt::nccl_shape shape{ranks, ranks / per_node};
     const auto o = static_cast<shunt::nccl_op>(op);
     const shunt::nccl_choice choice = shunt::config().nccl;
-    const shunt::nccl_decision d = shunt::decide_nccl(*model, choice, o, bytes, shape);
+    // The schedules these levels allow, as the executor finds them (interpose/nccl.cpp).
+    const shunt::nccl_depths depths{ranks > per_node && per_node > 1,
+                                    per_domain > 1 && per_node / per_domain > 1 && o == shunt::nccl_op::allreduce};
+    const shunt::nccl_decision d = shunt::decide_nccl(*model, choice, o, bytes, shape, depths);
     std::printf("nccl %s of %lld bytes on %lld ranks in nodes of %lld (%s):\n", std::string(name).c_str(),
                 static_cast<long long>(bytes), static_cast<long long>(ranks), static_cast<long long>(per_node),
                 where.c_str());
-    for (const shunt::nccl_method m : {shunt::nccl_method::library, shunt::nccl_method::hierarchical}) {
+    for (const shunt::nccl_method m :
+         {shunt::nccl_method::library, shunt::nccl_method::hierarchical, shunt::nccl_method::hierarchical3}) {
+        if ((m == shunt::nccl_method::hierarchical && !depths.two) ||
+            (m == shunt::nccl_method::hierarchical3 && !depths.three))
+            continue;
         const std::string table = shunt::table_names::nccl(o, m, shape);
-        const double t = m == shunt::nccl_method::library ? d.library_s : d.hierarchical_s;
+        const double t = d.seconds(m);
         if (std::isnan(t))
             std::printf("  %-13s no table %s\n", std::string(shunt::to_string(m)).c_str(), table.c_str());
         else
             std::printf("  %-13s predicted %12.3f us (measured table %s)\n", std::string(shunt::to_string(m)).c_str(),
                         t * 1e6, table.c_str());
     }
-    std::printf("  -> %s%s\n", d.method == shunt::nccl_method::library ? "NCCL" : "shunt's schedule over node+rail",
-                d.forced ? " (forced by SHUNT_NCCL)"
-                : d.method == shunt::nccl_method::hierarchical
-                    ? ""
-                    : bytes < shunt::nccl_min_bytes
-                        ? " (below the size shunt's schedules are considered from)"
-                        : std::isnan(d.library_s) || std::isnan(d.hierarchical_s)
-                            ? " (without measured tables of both, NCCL keeps every call)"
-                            : " (shunt's schedule is not measured faster by the margin)");
+    std::printf("  -> %s%s\n",
+                d.method == shunt::nccl_method::library        ? "NCCL"
+                : d.method == shunt::nccl_method::hierarchical ? "shunt's schedule over node+rail"
+                                                               : "shunt's schedule over domain+node+rail",
+                d.forced                                  ? " (forced by SHUNT_NCCL)"
+                : d.method != shunt::nccl_method::library ? ""
+                : bytes < shunt::nccl_min_bytes           ? " (below the size shunt's schedules are considered from)"
+                : std::isnan(d.library_s) || std::isnan(d.hierarchical_s)
+                    ? " (without measured tables of both, NCCL keeps every call)"
+                    : " (shunt's schedule is not measured faster by the margin)");
     return 0;
 }
 

@@ -50,6 +50,8 @@ struct options {
     bool decisions = false;
     bool dry_run = false;
     bool nccl_tuner = false;  ///< --nccl-tuner: the NCCL tuner plugin's tables instead
+    bool nccl = false;  ///< --nccl: the NCCL executor's tables (NCCL against shunt's schedules) instead
+    bool nccl_host_memory = false;  ///< --nccl-host-memory: --nccl on NCCL's CPU double (tests)
     std::string nccl_library = "libnccl.so.2";
     bool selects(std::string_view table) const {
         return only.empty() ||
@@ -86,7 +88,15 @@ constexpr const char* usage_text =
     "                     model-HOST-nccl.json beside the MPI model; exits 77, measuring nothing, where a rank\n"
     "                     has no device, NCCL cannot be loaded, or the job has one rank (--force measures\n"
     "                     the nccl tables again and keeps the file's others)\n"
-    "  --nccl-library L   the NCCL library --nccl-tuner loads (default libnccl.so.2)\n"
+    "  --nccl             measure the NCCL executor's tables instead (nccl.<op>.<library|hierarchical>.r<R>n<N>):\n"
+    "                     NCCL's allreduce, reduce_scatter, allgather, broadcast and reduce against shunt's\n"
+    "                     schedule over node and rail communicators (nodes by SHUNT_TOPOLOGY's node level, else\n"
+    "                     the host), interleaved, from 1 MiB, one CUDA device per rank, into the same file as\n"
+    "                     --nccl-tuner; exits 77, measuring nothing, where NCCL cannot be loaded, a rank has no\n"
+    "                     device, or the job has one rank, one node or one rank per node\n"
+    "  --nccl-host-memory with --nccl: host buffers and no device, for NCCL's CPU double in shunt's tests (its\n"
+    "                     figures are the double's, never a GPU's)\n"
+    "  --nccl-library L   the NCCL library --nccl-tuner and --nccl load (default libnccl.so.2)\n"
     "  --help             this text\n";
 
 bool parse_args(int argc, char** argv, options& o, std::string& error) {
@@ -113,6 +123,10 @@ bool parse_args(int argc, char** argv, options& o, std::string& error) {
             o.dry_run = true;
         else if (a == "--nccl-tuner")
             o.nccl_tuner = true;
+        else if (a == "--nccl")
+            o.nccl = true;
+        else if (a == "--nccl-host-memory")
+            o.nccl_host_memory = true;
         else if (a == "--nccl-library") {
             const char* v = value("a library name or path");
             if (!v) return false;
@@ -139,8 +153,16 @@ bool parse_args(int argc, char** argv, options& o, std::string& error) {
             return false;
         }
     }
-    if (o.nccl_tuner && (o.validate || o.decisions)) {
-        error = "--nccl-tuner measures and writes tables; --validate and --decisions are for the MPI tables";
+    if ((o.nccl_tuner || o.nccl) && (o.validate || o.decisions)) {
+        error = "--nccl-tuner and --nccl measure and write tables; --validate and --decisions are for the MPI tables";
+        return false;
+    }
+    if (o.nccl_tuner && o.nccl) {
+        error = "--nccl-tuner and --nccl are two runs: one at a time";
+        return false;
+    }
+    if (o.nccl_host_memory && !o.nccl) {
+        error = "--nccl-host-memory goes with --nccl";
         return false;
     }
     return true;
@@ -591,10 +613,11 @@ int main(int argc, char** argv) {
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     int status = 0;
-    if (o.nccl_tuner) {
+    if (o.nccl_tuner || o.nccl) {
         try {
-            status =
-                tools::measure_nccl_main({o.full, o.force, o.dry_run, o.budget_s, o.output, o.nccl_library, o.only});
+            const tools::nccl_measure_request q{o.full,   o.force,        o.dry_run, o.budget_s,
+                                                o.output, o.nccl_library, o.only,    o.nccl_host_memory};
+            status = o.nccl ? tools::measure_nccl_methods_main(q) : tools::measure_nccl_main(q);
         } catch (const std::exception& e) {
             std::fprintf(stderr, "shunt-measure: error: %s\n", e.what());
             status = 1;

@@ -32,7 +32,7 @@ Open MPI (mpirun.openmpi).
       cluster.sh -- mpirun -n 2 --map-by node ./cluster_link_check --expect-gbit 1
   Environment for COMMAND: CLUSTER_NODES, CLUSTER_RANKS_PER_NODE,
   CLUSTER_HOSTFILE, CLUSTER_DIR, CLUSTER_RATE, CLUSTER_DELAY
-  (empty when the delay could not be emulated).
+  (empty when the delay could not be emulated); the ranks get CLUSTER_RATE too (mpirun -x).
 
 Options:
   --nodes N            number of nodes (default 2, at most 200)
@@ -193,7 +193,7 @@ esac
 exec mpirun.openmpi --hostfile "$workdir/hostfile" \\
     --mca plm_rsh_agent "$here/rsh-agent" --mca plm_rsh_no_tree_spawn 1 \\
     --mca oob_tcp_if_include eth0 --mca pml ob1 --mca btl tcp,vader,self --mca btl_tcp_if_include eth0 \\
-    --mca btl_tcp_links $links \\
+    --mca btl_tcp_links $links -x CLUSTER_RATE="$rate" \\
     "\$@"
 EOF
 chmod +x "$workdir/bin/mpirun"

@@ -1,6 +1,7 @@
-// bench/cluster/link_check.cpp: sanity check of the emulated cluster: bandwidth between two nodes (must be the link rate) and inside a node (shared memory).
+// bench/cluster/link_check.cpp: sanity check of the emulated cluster: bandwidth between two nodes (must be the link rate), with every rank of a node sending at once, and inside a node (shared memory).
 #include <shunt/errors.hpp>  // before <mpi.h>: keeps the C++ bindings out
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +36,38 @@ double exchange_rate(int a, int b, long bytes, int reps) {
         t = MPI_Wtime() - t;
         double rate = t > 0 ? 8.0 * static_cast<double>(bytes) / t / 1e9 : 0;
         MPI_Bcast(&rate, 1, MPI_DOUBLE, a, MPI_COMM_WORLD);
+        if (rate > best) best = rate;
+    }
+    return best;
+}
+
+// Every rank of the first node exchanges `bytes` both ways with the rank at the same index on the
+// second node, all pairs at once (the outer step of a hierarchical collective); returns the best
+// per-direction rate of the node link in Gbit/s (all pairs' bytes over the slowest pair's time).
+double all_pairs_rate(const std::vector<int>& first, const std::vector<int>& second, long bytes, int reps) {
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    int partner = -1;
+    const std::size_t pairs = std::min(first.size(), second.size());
+    for (std::size_t i = 0; i < pairs; ++i) {
+        if (first[i] == me) partner = second[i];
+        if (second[i] == me) partner = first[i];
+    }
+    std::vector<char> out(static_cast<std::size_t>(bytes), 1), in(static_cast<std::size_t>(bytes));
+    double best = 0;
+    for (int i = 0; i < reps; ++i) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t = MPI_Wtime();
+        if (partner >= 0)
+            for (long off = 0; off < bytes; off += 1 << 24) {
+                int n = static_cast<int>(bytes - off < (1 << 24) ? bytes - off : 1 << 24);
+                MPI_Sendrecv(out.data() + off, n, MPI_BYTE, partner, 8, in.data() + off, n, MPI_BYTE, partner, 8,
+                             MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            }
+        t = MPI_Wtime() - t;
+        double slowest = 0;
+        MPI_Allreduce(&t, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        const double rate = slowest > 0 ? 8.0 * static_cast<double>(bytes) * pairs / slowest / 1e9 : 0;
         if (rate > best) best = rate;
     }
     return best;
@@ -91,6 +124,18 @@ int main(int argc, char** argv) {
     } else if (me == 0) {
         std::printf("no second node among %d ranks\n", n);
         if (expect > 0) status = 1;
+    }
+    std::vector<int> first, second;  // the ranks of node 0's host and of other_node's
+    for (int r = 0; r < n; ++r) {
+        if (host(r) == host(0)) first.push_back(r);
+        if (other_node >= 0 && host(r) == host(other_node)) second.push_back(r);
+    }
+    if (other_node >= 0 && first.size() > 1 && second.size() > 1) {
+        double g =
+            all_pairs_rate(first, second, bytes / static_cast<long>(std::min(first.size(), second.size())), reps);
+        if (me == 0)
+            std::printf("inter-node, %zu pairs at once: %.3f Gbit/s per direction\n",
+                        std::min(first.size(), second.size()), g);
     }
     if (same_node >= 0) {
         double g = exchange_rate(0, same_node, bytes, reps);

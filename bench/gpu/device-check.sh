@@ -3,8 +3,9 @@
 # installs what bench/gpu/prepare-device.sh put in .device/, builds shunt with CUDA and NCCL (MPICH from PyPI), runs the
 # gpu suite (kernels against the host packer, device buffers through MPI, the CUDA compressors, real NCCL at one rank
 # under the preload with every intercepted call checked, the GPU benchmarks in quick mode), compute-sanitizer memcheck
-# on a short case, and NCCL with shunt's tuner plugin where it is built. Writes at most 6 files to OUT (default
-# ./device-out): build.log, gpu-suite.log, sanitizer.log, nccl.log, summary.txt. Meant to end within 8 minutes.
+# on a short case, NCCL with shunt's tuner plugin where it is built, and shunt-measure --nccl where 4 GPUs or more make
+# two nodes (else its exit 77). Writes at most 6 files to OUT (default ./device-out): build.log, gpu-suite.log,
+# sanitizer.log, nccl.log, summary.txt, model-nccl.json (where measured). Meant to end within 8 minutes.
 #   usage: bench/gpu/device-check.sh [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -87,6 +88,15 @@ fi
   else
     echo "== no tuner plugin built"
   fi
+  # shunt-measure --nccl with real NCCL: one rank per GPU, the GPUs of this machine as two nodes (SHUNT_TOPOLOGY);
+  # with fewer than 4 GPUs it has no two nodes of 2 ranks and exits 77, saying why.
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  ranks=$(( gpus >= 4 ? gpus / 2 * 2 : 1 ))
+  echo "== shunt-measure --nccl at $ranks rank(s) of $gpus GPU(s), SHUNT_TOPOLOGY=node=$(( ranks >= 4 ? ranks / 2 : 1 ))"
+  SHUNT_TOPOLOGY=node=$(( ranks >= 4 ? ranks / 2 : 1 )) timeout 120 mpiexec -n "$ranks" "$build/src/shunt-measure" \
+    --nccl --nccl-library "$so" --output "$out/model-nccl.json" --budget 60
+  echo "exit $?"
 } >"$out/nccl.log" 2>&1
+note "shunt-measure --nccl: $(grep -A3 '^== shunt-measure --nccl' "$out/nccl.log" | grep -m1 -E 'shunt-measure: |exit' || echo 'no line (nccl.log)')"
 note "real NCCL under the preload: $(grep -m1 'NCCL results checked' "$out/nccl.log" || echo 'no result line (nccl.log)'); tuner lines: $(grep -ci 'tuner' "$out/nccl.log")"
 note "done in $((SECONDS - start)) s"

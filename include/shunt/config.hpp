@@ -386,8 +386,9 @@ using compress_bytes_kind = integer_kind<0, std::int64_t{1} << 50>;
       "auto = shunt's hierarchical schedule where measured nccl.* tables of the model say it is faster, "  \
       "else NCCL, library = always NCCL, shunt = shunt's schedule wherever it applies")                    \
     X(compress, "SHUNT_COMPRESS", ::shunt::detail::compress_kind, "off",                                   \
-      "lossy gradient compression of 32-bit float SUM reductions (MPI_Allreduce and "                      \
-      "MPI_Reduce_scatter(_block) of MPI_FLOAT, ncclAllReduce of ncclFloat32): off = never (exact "        \
+      "lossy gradient compression of float, half and bfloat16 SUM reductions (MPI_Allreduce and "          \
+      "MPI_Reduce_scatter(_block) of MPI_FLOAT or MPIX_C_FLOAT16, ncclAllReduce of ncclFloat32, "          \
+      "ncclFloat16 or ncclBfloat16): off = never (exact "                                                  \
       "results), auto = the planner chooses per tensor among fp16, bf16 and int8 or keeps exact, "         \
       "LIST = among those named (fp16,bf16,int8,int4,randomk,topk,sign)")                                  \
     X(compress_warmup, "SHUNT_COMPRESS_WARMUP", ::shunt::detail::compress_count_kind, "3",                 \

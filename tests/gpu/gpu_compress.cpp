@@ -267,6 +267,44 @@ void timing(std::int64_t n, cudaStream_t s) {
 
 }  // namespace
 
+/// The NCCL path's widening and narrowing of half and bfloat16 device data (the casts'
+/// decompress and compress): every 16-bit pattern, from a 2-byte aligned address, widened as the
+/// host widens it and narrowed back to itself (NaN quieted, as the host quiets it).
+void check_half_round_trip(sc::method m, cudaStream_t s) {
+    const sc::params p = sc::defaults(m);
+    const std::int64_t n = 65536;
+    std::vector<std::uint16_t> bits(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) bits[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(i);
+    std::vector<float> want(static_cast<std::size_t>(n));
+    sc::decompress(p, reinterpret_cast<const std::byte*>(bits.data()), n, want.data());
+    std::vector<std::uint16_t> back(static_cast<std::size_t>(n));
+    sc::compress(p, want.data(), n, reinterpret_cast<std::byte*>(back.data()));
+    void* d16 = nullptr;
+    void* d32 = nullptr;
+    need(cudaMalloc(&d16, 2 * n + 2), "cudaMalloc");
+    need(cudaMalloc(&d32, 4 * n), "cudaMalloc");
+    auto* h16 = static_cast<std::uint16_t*>(d16) + 1;  // 2-byte aligned only, as a half tensor may be
+    upload(h16, bits.data(), 2 * n);
+    sc::gpu::decompress(p, h16, n, static_cast<float*>(d32), s);
+    need(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    expect(same_floats(download<float>(d32, static_cast<std::size_t>(n)), want),
+           std::string(sc::to_string(m)) + " widening of every pattern differs from the host's");
+    sc::gpu::compress(p, static_cast<const float*>(d32), n, h16, nullptr, s);
+    need(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    const auto got = download<std::uint16_t>(h16, static_cast<std::size_t>(n));
+    const std::uint16_t exp = m == sc::method::fp16 ? 0x7c00 : 0x7f80;
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+        const std::uint16_t a = got[static_cast<std::size_t>(i)], b = back[static_cast<std::size_t>(i)];
+        const bool nan = (b & exp) == exp && (b & ~exp & 0x7fff) != 0;
+        if (a != b && !(nan && (a & exp) == exp && (a & ~exp & 0x7fff) != 0)) ++wrong;
+        if (!nan && b != bits[static_cast<std::size_t>(i)]) ++wrong;  // the host's round trip itself
+    }
+    expect(wrong == 0, std::string(sc::to_string(m)) + " narrowing: " + std::to_string(wrong) + " patterns differ");
+    cudaFree(d16);
+    cudaFree(d32);
+}
+
 int main(int argc, char** argv) {
     bool timed = true;
     std::int64_t timing_n = std::int64_t{1} << 26;
@@ -314,6 +352,7 @@ int main(int argc, char** argv) {
             for (const std::int64_t count : {1, 5, 1000, 123457}) check_combine(f, count, s), ++cases;
         for (const sc::method m : {sc::method::sign, sc::method::top_k, sc::method::random_k, sc::method::int8})
             check_feedback(sc::defaults(m), 50001, s), ++cases;
+        for (const sc::method m : {sc::method::fp16, sc::method::bf16}) check_half_round_trip(m, s), ++cases;
         std::printf("%lld cases checked against the host, %d failed\n", static_cast<long long>(cases), failures);
         if (timed && failures == 0) timing(timing_n, s);
     } catch (const std::exception& e) {

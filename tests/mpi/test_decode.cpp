@@ -151,8 +151,9 @@ struct lying_source {
 TEST_CASE("decode_tree: envelope counts whose sum passes 64 bits are unsupported (found by fuzz_datatype)") {
     constexpr std::int64_t top = std::numeric_limits<std::int64_t>::max();
     const std::int64_t cap = 4 * static_cast<std::int64_t>(shunt::max_flat_blocks);
-    for (const auto& [i, a, c] : std::vector<std::array<std::int64_t, 3>>{
+    for (const auto& v : std::vector<std::array<std::int64_t, 3>>{
              {top, 1, 0}, {1, top, 1}, {0, 2, top}, {top, top, top}, {cap, cap, 0}, {-1, 0, 0}}) {
+        const std::int64_t i = v[0], a = v[1], c = v[2];  // named, not bound: clang 14's CAPTURE
         CAPTURE(i);
         CAPTURE(a);
         CAPTURE(c);

@@ -23,7 +23,8 @@ def main():
     exported = set()
     for line in run("nm", "-D", "--defined-only", lib).splitlines():
         parts = line.split()
-        if len(parts) == 3 and "nccl" in parts[2].lower():
+        # NCCL's names start with "nccl" (shunt's own entries, shunt_*_nccl, are not NCCL's).
+        if len(parts) == 3 and parts[2].startswith("nccl"):
             exported.add(parts[2].split("@")[0])
     want = {"nccl" + n for n in INTERCEPTED}
     if exported != want:

@@ -9,12 +9,30 @@ Each run has the built-in model (an empty cache directory) and these expectation
 - with 4 ranks or more, SHUNT_COMPRESS=auto on a virtual topology of 2 nodes (SHUNT_TOPOLOGY=node=N/2):
   results within the bound, not exact (the values do not fit FP16), equal on every rank; the decide
   log shows one plan of the 4 consented calls per step whose loss of one float is kept exact and
-  whose gradient of 2^20 floats is compressed; every rank's report counts the same compressed calls
+  whose gradient of 2^20 floats is compressed, hierarchically (exact ncclReduceScatter in the node,
+  the scheme on the rail, ncclAllGather in the node); every rank's report counts the same compressed calls
   (at least 9: 12 steps, 3 exact before the plan) and no fallback; the grouped, the ncclMax and the
   int32 sums stay exact (the program checks them);
 - the same with SHUNT_COMPRESS_WARMUP=20 (more than the run's steps): nothing compressed;
 - the same with a NaN at step 8 on one rank: that call exact (NaN where it was, the rest exact), one
   warning, one fallback counted on every rank;
+- the same with SHUNT_COMPRESS_CHECK=2: shadow lines with the relative error of every second
+  compressed call, each within the bound;
+- half and bfloat16 gradients (ncclFloat16, ncclBfloat16), values exact in either type, checked against
+  the program's sum in double: without consent half bit for bit, bfloat16 within NCCL's rounding;
+  SHUNT_COMPRESS=auto on 2 nodes compresses them with int8, hierarchically, within 1e-2 (the casts
+  are no smaller than the data; int8 pays on the rail's half of the data); SHUNT_COMPRESS=randomk compresses
+  them (the plan's half positions random-k, one at least as the hierarchical allreduce of the summable
+  form; at least 9 calls per rank; its error is about 1, as
+  random-k keeps one element in 100 and error feedback carries the rest to later steps); a NaN in
+  half data: that call exact, one warning, one fallback per rank;
+- at 4 ranks, the alltoall+allgather scheme (compressed slices by grouped ncclSend/ncclRecv, each sum
+  compressed again and gathered), which the built-in model prefers for int4 with 3 nodes or more, or
+  flat where nodes differ in size: SHUNT_COMPRESS=int4 at 4 ranks on nodes of 3 and 1 (flat) and at 6
+  ranks on 3 nodes of 2 (hierarchical), each with a NaN at step 8: the gradients planned int4
+  alltoall+allgather (flat, resp. hierarchical), within int4's bound for a twice compressed sum (0.6),
+  the NaN call exact, one warning and one fallback per rank;
+- the header API on NCCL communicators (compress-nccl control, its own checks), at every rank count;
 - with fewer than 4 ranks: SHUNT_COMPRESS=off compresses nothing, and SHUNT_COMPRESS=auto on one node
   (no topology: no link to save) plans every call exact, every result bit for bit.
 Exit status: 0 pass, 1 fail.
@@ -72,6 +90,15 @@ def main():
             fail(f"{what}: {len(counts)} compression report lines, expected {ranks}", p)
         return counts
 
+    # The header API on NCCL communicators, nodes of 2 ranks.
+    p, what = run(["control"], topology="node=2")
+    print(f"ok: {what}: {p.stdout.strip()}")
+    # Half and bfloat16 without consent: exact (the program checks), no compression line.
+    for ty in ("f16", "bf16"):
+        p, what = run(["exact", "-1", ty])
+        if "compression:" in p.stderr:
+            fail(f"{what}: a compression report without consent", p)
+        print(f"ok: {what}: {p.stdout.strip()}")
     # Off by default: exact, no compression line.
     p, what = run(["exact"])
     if "compression:" in p.stderr:
@@ -115,6 +142,8 @@ def main():
     if error is None or not 0 < float(error.group(1)) < 5e-2:
         fail(f"{what}: the largest relative error {error and error.group(1)} is not in (0, 5e-2)", p)
     chosen = sorted({o.strip() for _, o in positions})
+    if not any(o.endswith(", hierarchical") for o in chosen):
+        fail(f"{what}: expected a hierarchical scheme on 2 nodes, got {chosen}", p)
     print(f"ok: {what}: {counts[0]} calls compressed per rank; plan {plans[0]}, options {chosen}; "
           f"{p.stdout.strip()}")
 
@@ -131,6 +160,65 @@ def main():
     if len(re.findall(r" 1 non-finite fallbacks", p.stderr)) != ranks:
         fail(f"{what}: expected one fallback on every rank", p)
     print(f"ok: {what}: one warning, one fallback per rank; {p.stdout.strip()}")
+
+    # Shadow checks.
+    p, what = run(["lossy"], compress_check=2, **two_nodes)
+    errors = [float(e) for e in re.findall(r"compression check: ncclAllReduce .*relative error ([0-9.e+-]+)", p.stderr)]
+    if len(errors) < 4 or max(errors) > 5e-2 or min(errors) <= 0:
+        fail(f"{what}: shadow checks {errors}", p)
+    print(f"ok: {what}: {len(errors)} shadow checks, relative errors up to {max(errors):.3g}")
+
+    # Half and bfloat16 gradients under auto: int8 pays once the hierarchy keeps the inter-node part small
+    # (the casts are no smaller than the data); within int8's bound (the program checks 1e-2).
+    for ty in ("f16", "bf16"):
+        p, what = run(["lossy", "-1", ty, "1e-2"], log="debug:decide", **two_nodes)
+        halves = re.findall(r"position \d+: ncclAllReduce of (\d+) (halves|bfloat16s) -> ([^(]+)\(", p.stderr)
+        if len(halves) != 3 or any(not re.fullmatch(r"int8 host .*, hierarchical", o.strip()) for _, _, o in halves):
+            fail(f"{what}: expected the 3 gradients planned int8, hierarchical, got {halves}", p)
+        counts = compressed_counts(p, what)
+        if min(counts) < 9 or len(set(counts)) != 1:
+            fail(f"{what}: compressed calls per rank {counts}, expected at least 9 and equal", p)
+        print(f"ok: {what}: planned {sorted({o.strip() for _, _, o in halves})}; {p.stdout.strip()}")
+    # Half and bfloat16 gradients under random-k: compressed, within random-k's bound.
+    randomk = dict(compress="randomk", topology=f"node={max(1, ranks // 2)}")
+    for ty in ("f16", "bf16"):
+        p, what = run(["lossy", "-1", ty, "1.5"], log="debug:decide", **randomk)
+        halves = re.findall(r"position \d+: ncclAllReduce of (\d+) (halves|bfloat16s) -> ([^(]+)\(", p.stderr)
+        if len(halves) != 3 or any(not o.strip().startswith("randomk") for _, _, o in halves):
+            fail(f"{what}: expected the 3 gradients planned random-k, got {halves}", p)
+        if not any(o.strip() == "randomk host allreduce, hierarchical" for _, _, o in halves):
+            fail(f"{what}: expected a gradient planned random-k's hierarchical allreduce, got {halves}", p)
+        counts = compressed_counts(p, what)
+        if min(counts) < 9 or len(set(counts)) != 1:
+            fail(f"{what}: compressed calls per rank {counts}, expected at least 9 and equal", p)
+        print(f"ok: {what}: {counts[0]} calls compressed per rank; {p.stdout.strip()}")
+    # NaN in half data.
+    p, what = run(["lossy", "8", "f16", "1.5"], **randomk)
+    if len(re.findall(r"NaN or Inf in a compressed reduction", p.stderr)) != 1:
+        fail(f"{what}: expected one warning", p)
+    if len(re.findall(r" 1 non-finite fallbacks", p.stderr)) != ranks:
+        fail(f"{what}: expected one fallback on every rank", p)
+    print(f"ok: {what}: one warning, one fallback per rank; {p.stdout.strip()}")
+
+    # alltoall+allgather, flat (nodes of 3 and 1) at 4 ranks and hierarchical (3 nodes of 2) at 6.
+    if ranks != 4:
+        return
+    for n, topology, want in ((4, "node=3,1", "int4 host alltoall+allgather"),
+                              (6, "node=2", "int4 host alltoall+allgather, hierarchical")):
+        ranks = n
+        p, what = run(["lossy", "8", "f32", "0.6"], compress="int4", topology=topology, log="debug:decide")
+        positions = re.findall(r"position \d+: ncclAllReduce of (\d+) floats -> ([^(]+)\(", p.stderr)
+        grads = [o.strip() for c, o in positions if int(c) > 1]
+        if len(grads) != 3 or any(o != want for o in grads):
+            fail(f"{what}: expected the 3 gradients planned {want}, got {positions}", p)
+        counts = compressed_counts(p, what)
+        if min(counts) < 8 or len(set(counts)) != 1:
+            fail(f"{what}: compressed calls per rank {counts}, expected at least 8 and equal", p)
+        if len(re.findall(r"NaN or Inf in a compressed reduction", p.stderr)) != 1:
+            fail(f"{what}: expected one warning", p)
+        if len(re.findall(r" 1 non-finite fallbacks", p.stderr)) != ranks:
+            fail(f"{what}: expected one fallback on every rank", p)
+        print(f"ok: {what}: {want}, {counts[0]} calls compressed per rank, one fallback; {p.stdout.strip()}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,11 @@ libshunt.so preloaded, and requires the same results in every configuration, cle
 shunt's schedules to have run where SHUNT_NCCL=shunt asks for them.
 
   run_nccl_preload.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --ranks N [--topology SPEC|auto]
-                      [--per-node K] PROGRAM
+                      [--per-node K] [--per-domain J] PROGRAM
+
+With --per-domain J the topology divides each node into GPU domains of J ranks (e.g. 'domain=2;node=4'):
+the forced run must run every allreduce over domain, node and rail (SHUNT_REPORT counts them), and with
+measured tables SHUNT_NCCL=auto must follow the fastest of the two- and three-level schedules.
 
 Exit status: 0 pass, 1 fail.
 """
@@ -48,9 +52,10 @@ def run(args, preload, env):
     return lines, p.stderr, text
 
 
-def crafted_model(args, tmp):
+def crafted_model(args, tmp, speed=None):
     """A model file for this machine whose nccl.allreduce tables make shunt's schedule 2x faster from 1 MiB
-    on this run's shape (its identity from shunt-info, which names this machine when shown a foreign file)."""
+    on this run's shape (its identity from shunt-info, which names this machine when shown a foreign file);
+    `speed` gives seconds per byte per method instead."""
     foreign = os.path.join(tmp, "foreign.json")
     with open(foreign, "w") as f:
         json.dump({"schema": "shunt-model", "version": 1,
@@ -61,8 +66,8 @@ def crafted_model(args, tmp):
         raise Failure(f"shunt-info --model did not name this machine:\n{p.stdout}{p.stderr}")
     shape = f"r{args.ranks}n{args.ranks // args.per_node}"
     sizes = [1 << 20, 1 << 24, 1 << 28]
-    tables = {f"nccl.allreduce.library.{shape}": [[s, 2e-9 * s, 0] for s in sizes],
-              f"nccl.allreduce.hierarchical.{shape}": [[s, 1e-9 * s, 0] for s in sizes]}
+    speed = speed or {"library": 2e-9, "hierarchical": 1e-9}
+    tables = {f"nccl.allreduce.{m}.{shape}": [[s, v * s, 0] for s in sizes] for m, v in speed.items()}
     model = os.path.join(tmp, "model.json")
     with open(model, "w") as f:
         json.dump({"schema": "shunt-model", "version": 1,
@@ -88,6 +93,11 @@ def shunt_counts(stderr):
     return total
 
 
+def three_level_count(stderr):
+    """Allreduces run over domain, node and rail, summed over the ranks' report lines."""
+    return sum(int(n) for n in re.findall(r"allreduce over domain\+node\+rail (\d+)", stderr))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mpiexec", required=True)
@@ -97,6 +107,7 @@ def main():
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--topology", default="node=2", help="SHUNT_TOPOLOGY for the forced runs; auto: unset")
     ap.add_argument("--per-node", type=int, default=2, help="ranks per node of that topology")
+    ap.add_argument("--per-domain", type=int, default=0, help="ranks per GPU domain of that topology (0: none)")
     ap.add_argument("--launcher-noise", action="store_true", help="the launcher may write to stderr")
     ap.add_argument("--shunt-info", help="shunt-info, to write a model file for this machine (SHUNT_NCCL=auto)")
     ap.add_argument("program")
@@ -120,8 +131,17 @@ def main():
             raise Failure(f"{text}: results differ from the run without shunt:\n{got}\n{want}")
         counts = shunt_counts(err)
         hierarchical = args.ranks >= 2 * args.per_node and args.ranks % args.per_node == 0
+        domains = args.per_domain > 1 and args.per_node >= 2 * args.per_domain and args.per_node % args.per_domain == 0
+        three = three_level_count(err)
+        if domains and (three == 0 or three != counts.get("ncclAllReduce", 0)):
+            raise Failure(f"{text}: every allreduce of shunt's must run over domain+node+rail "
+                          f"({three} of {counts.get('ncclAllReduce', 0)}):\n{err}")
+        if not domains and three != 0:
+            raise Failure(f"{text}: an allreduce ran over domain+node+rail without domains:\n{err}")
         for call in ["ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast", "ncclBcast", "ncclReduce"]:
             ran = counts.get(call, 0)
+            if call == "ncclAllReduce" and domains:
+                continue  # checked above
             if hierarchical and ran == 0:
                 raise Failure(f"{text}: {call} never ran shunt's schedule:\n{err}")
             if not hierarchical and ran != 0:
@@ -130,7 +150,8 @@ def main():
             if counts.get(call, 0) != 0:
                 raise Failure(f"{text}: {call} is always NCCL's:\n{err}")
         print(f"SHUNT_NCCL=shunt, topology {args.topology}, at {args.ranks} ranks: same results; shunt ran " +
-              ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v))
+              ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v) +
+              (f" ({three} allreduces over domain+node+rail)" if three else ""))
         # NCCL keeps every call: by choice, by default without tables, and disabled.
         for env in [{"SHUNT_NCCL": "library", "SHUNT_REPORT": "rank", **topology},
                     {"SHUNT_NCCL": "auto", "SHUNT_REPORT": "rank", **topology},
@@ -143,9 +164,10 @@ def main():
             if "SHUNT_DISABLE" in env and shunt_lines(err):
                 raise Failure(f"{text}: SHUNT_DISABLE=1 must be silent:\n{err}")
         # SHUNT_NCCL=auto with a model whose measured tables make shunt's allreduce faster on this shape.
-        if args.shunt_info and hierarchical:
+        if args.shunt_info and (hierarchical or domains):
             with tempfile.TemporaryDirectory() as tmp:
-                model = crafted_model(args, tmp)
+                model = crafted_model(args, tmp, {"library": 2e-9, "hierarchical": 1e-9, "hierarchical3": 0.5e-9}
+                                      if domains else None)
                 env = {"SHUNT_NCCL": "auto", "SHUNT_REPORT": "rank", "SHUNT_MODEL": model, "SHUNT_LOG": "decide",
                        **topology}
                 got, err, text = run(args, True, env)
@@ -154,9 +176,24 @@ def main():
                 counts = shunt_counts(err)
                 if counts.get("ncclAllReduce", 0) == 0 or any(v for k, v in counts.items() if k != "ncclAllReduce"):
                     raise Failure(f"{text}: the tables favour shunt's allreduce only:\n{err}")
-                print(f"SHUNT_NCCL=auto with measured tables: shunt ran ncclAllReduce {counts['ncclAllReduce']}")
-        print(f"{args.ranks} ranks: {len(want)} result lines equal in {6 if args.shunt_info and hierarchical else 5} "
-              "configurations")
+                if domains and three_level_count(err) != counts["ncclAllReduce"]:
+                    raise Failure(f"{text}: the tables favour the three-level allreduce:\n{err}")
+                print(f"SHUNT_NCCL=auto with measured tables: shunt ran ncclAllReduce {counts['ncclAllReduce']}" +
+                      (f", {three_level_count(err)} over domain+node+rail" if domains else ""))
+            # Two levels measured faster than three: auto takes them (where there are several nodes).
+            if domains and hierarchical:
+                with tempfile.TemporaryDirectory() as tmp:
+                    model = crafted_model(args, tmp, {"library": 2e-9, "hierarchical": 0.5e-9, "hierarchical3": 1e-9})
+                    env = {"SHUNT_NCCL": "auto", "SHUNT_REPORT": "rank", "SHUNT_MODEL": model, **topology}
+                    got, err, text = run(args, True, env)
+                    if got != want:
+                        raise Failure(f"{text}: results differ from the run without shunt:\n{got}\n{want}")
+                    if shunt_counts(err).get("ncclAllReduce", 0) == 0 or three_level_count(err) != 0:
+                        raise Failure(f"{text}: the tables favour the two-level allreduce:\n{err}")
+                    print("SHUNT_NCCL=auto, two levels measured faster: shunt ran ncclAllReduce over node+rail")
+        runs = 5 + (1 if args.shunt_info and (hierarchical or domains) else 0) + \
+            (1 if args.shunt_info and domains and hierarchical else 0)
+        print(f"{args.ranks} ranks: {len(want)} result lines equal in {runs} configurations")
     except Failure as e:
         print(f"FAIL: {e}", file=sys.stderr)
         return 1

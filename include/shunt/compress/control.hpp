@@ -1,6 +1,7 @@
 // shunt/compress/control.hpp: the header API's switches of the preload library's gradient compression: consent per communicator or per call site, and a communicator's error feedback saved and restored for checkpoints. Without libshunt.so in the process they change nothing and say so.
 #pragma once
 
+#include <shunt/compress/control_calls.hpp>
 #include <shunt/errors.hpp>
 
 #include <mpi.h>
@@ -45,14 +46,7 @@ inline bool preloaded() noexcept {
 /// thread-safe. Returns false without libshunt.so; throws shunt::error for a consent it does not
 /// accept.
 inline bool set_consent(MPI_Comm comm, std::string_view consent) {
-    const detail::control_fn f = detail::control();
-    if (f == nullptr) return false;
-    const std::string text(consent);
-    const int rc = f(1, comm, text.c_str(), nullptr, nullptr);
-    if (rc == -2) return false;
-    if (rc < 0)
-        throw error("compress::set_consent: \"" + text + "\" is not off, auto, default or a list of compressors");
-    return true;
+    return detail::set_consent_with(detail::control(), comm, consent);
 }
 
 /// Per call site: while it lives, the calling thread's reductions (on every communicator) use
@@ -90,33 +84,13 @@ private:
 
 /// This rank's error feedback on `comm` (every call site's residuals and step) as bytes, for a
 /// checkpoint; empty without libshunt.so. Not collective; call it between calls on comm.
-inline std::vector<std::byte> save_feedback(MPI_Comm comm) {
-    const detail::control_fn f = detail::control();
-    if (f == nullptr) return {};
-    std::size_t size = 0;
-    std::vector<std::byte> out;
-    for (int tries = 0; tries < 4; ++tries) {
-        const std::size_t room = out.size();
-        size = room;
-        const int rc = f(3, comm, nullptr, out.data(), &size);
-        if (rc == 0) {
-            out.resize(size);
-            return out;
-        }
-        if (rc != 1) return {};
-        out.resize(size);
-    }
-    return {};
-}
+inline std::vector<std::byte> save_feedback(MPI_Comm comm) { return detail::save_with(detail::control(), comm); }
 
 /// Restores what save_feedback() wrote on this rank (the same communicator shape and pattern of
 /// calls): into the current plan at once, else at the next plan. Returns false without
 /// libshunt.so or for bytes it does not read (the state is then unchanged). Not collective.
 inline bool restore_feedback(MPI_Comm comm, std::span<const std::byte> bytes) {
-    const detail::control_fn f = detail::control();
-    if (f == nullptr) return false;
-    std::size_t size = bytes.size();
-    return f(4, comm, nullptr, const_cast<std::byte*>(bytes.data()), &size) == 0;
+    return detail::restore_with(detail::control(), comm, bytes);
 }
 
 }  // namespace shunt::compress

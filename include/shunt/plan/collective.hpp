@@ -212,7 +212,10 @@ struct coll_decision {
 /// every rank's model has a measurement for this shape and size it measures: the next
 /// 2 x `trials` calls alternate between the methods (timed by the caller and passed to
 /// record()), then the best time of each is agreed and the faster wins. shunt's schedule must
-/// beat the library by `margin` (a fraction) to be chosen, so noise favours the library.
+/// beat the library by `margin` (a fraction) to be chosen, so noise favours the library. Where
+/// the library's analytic time is mostly latency (agreed, so alike on every rank) the calls are
+/// too short for three timings: each method runs latency_trials times and must win by
+/// latency_margin.
 ///
 /// A call that must not be measured (`live` false: a floating-point reduction, whose result
 /// depends on the algorithm) is decided from the agreed predictions alone, so that the same
@@ -233,6 +236,10 @@ struct coll_decision {
 class collective_tuner {
 public:
     using agree_fn = std::function<void(double* values, int n)>;
+    /// Latency-bound calls (see model_facts): each method measured this many times at least,
+    /// and shunt's schedule chosen only where it is this much faster.
+    static constexpr int latency_trials = 12;
+    static constexpr double latency_margin = 0.25;
 
     collective_tuner(coll_shape shape, int trials = 3, double margin = measured_win_margin)
         : shape_(std::move(shape)), trials_(std::max(0, trials)), margin_(margin), level_sets_(level_sets(shape_)) {}
@@ -274,6 +281,7 @@ public:
             std::vector<double> v = model_facts(model, op, static_cast<double>(bytes));
             if (!forced || level_sets_.size() > 1) agree(v.data(), static_cast<int>(v.size()));
             e.decided = decide_from(v, forced, live, e.d);
+            e.latency = v[2 + 2 * level_sets_.size()] != 0;
         }
         pick p;
         p.levels = e.d.levels;
@@ -354,11 +362,15 @@ public:
         const auto i = static_cast<std::size_t>(m);
         ++e.runs[i];
         e.best[i] = std::min(e.best[i], seconds);
-        if (e.runs[0] < trials_ || e.runs[1] < trials_) return false;
+        // A latency-bound call takes a few microseconds: one preemption or cold cache outweighs
+        // the difference between the methods, so it is measured longer and shunt must win clearly.
+        const int need = e.latency ? std::max(trials_, latency_trials) : trials_;
+        if (e.runs[0] < need || e.runs[1] < need) return false;
         std::array<double, coll_method_count> agreed = e.best;
         agree(agreed.data(), static_cast<int>(agreed.size()));
         e.d.measured = agreed;
-        e.d.method = better(agreed);
+        e.d.method = better(agreed, e.latency ? std::max(margin_, latency_margin) : margin_);
+        if (e.latency) latency_measured_[slot(op, size_class(bytes), true)].store(1, std::memory_order_relaxed);
         e.decided = true;
         settle(key{op, size_class(bytes), true}, e.d.method, e.d.levels);
         return true;
@@ -374,6 +386,12 @@ public:
     /// The levels of the settled() decision's schedule (read after settled() answered).
     std::uint32_t settled_levels(coll_op op, std::int64_t bytes, bool live = true) const noexcept {
         return settled_levels_[slot(op, size_class(bytes), live)].load(std::memory_order_relaxed);
+    }
+    /// True when the settled() decision of (op, bytes, live) was measured on latency-bound calls
+    /// (read after settled() answered): what a blocking schedule gained there says nothing of a
+    /// nonblocking one, which pays for its fiber.
+    bool measured_latency_bound(coll_op op, std::int64_t bytes, bool live = true) const noexcept {
+        return latency_measured_[slot(op, size_class(bytes), live)].load(std::memory_order_relaxed) != 0;
     }
     /// Counts a call that took its settled() decision without choose().
     void count_settled(coll_op op, std::int64_t bytes, bool live = true) noexcept {
@@ -438,6 +456,7 @@ private:
     struct entry {
         coll_decision d;
         bool decided = false;
+        bool latency = false;  ///< the analytic library time is mostly latency: measured longer, stricter margin
         std::array<int, coll_method_count> runs{};
         std::array<double, coll_method_count> best{std::numeric_limits<double>::infinity(),
                                                    std::numeric_limits<double>::infinity()};
@@ -461,10 +480,11 @@ private:
                                                          std::memory_order_release);
     }
 
-    coll_method better(const std::array<double, coll_method_count>& t) const {
+    coll_method better(const std::array<double, coll_method_count>& t) const { return better(t, margin_); }
+    static coll_method better(const std::array<double, coll_method_count>& t, double margin) {
         const double lib = t[static_cast<std::size_t>(coll_method::library)];
         const double hier = t[static_cast<std::size_t>(coll_method::hierarchical)];
-        return hier < lib * (1 - margin_) ? coll_method::hierarchical : coll_method::library;
+        return hier < lib * (1 - margin) ? coll_method::hierarchical : coll_method::library;
     }
 
     coll_shape shape_;
@@ -478,6 +498,7 @@ private:
     std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes * 2> settled_{};
     std::array<std::atomic<std::uint64_t>, coll_op_names.size() * size_classes * 2> fast_taken_{};
     std::array<std::atomic<std::uint32_t>, coll_op_names.size() * size_classes * 2> settled_levels_{};
+    std::array<std::atomic<std::uint8_t>, coll_op_names.size() * size_classes * 2> latency_measured_{};
 };
 
 /// The decisions of one communicator's nonblocking and persistent collectives (MPI_Iallreduce,
@@ -534,7 +555,12 @@ public:
             plans_[static_cast<std::size_t>(op) * max_class +
                    static_cast<std::size_t>(std::clamp(collective_tuner::size_class(bytes), 1, max_class) - 1)];
         if (forced) return {*forced, e.levels, false};
-        if (const auto m = tuner.settled(op, bytes, live)) return {*m, tuner.settled_levels(op, bytes, live), true};
+        if (const auto m = tuner.settled(op, bytes, live)) {
+            // Shunt's blocking schedule measured faster on latency-bound calls: its nonblocking
+            // form pays for a fiber and progress on top, so the plan's decision stands.
+            if (*m != coll_method::hierarchical || !tuner.measured_latency_bound(op, bytes, live))
+                return {*m, tuner.settled_levels(op, bytes, live), true};
+        }
         return {e.method, e.levels, false};
     }
 

@@ -326,6 +326,10 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
         }
         c.comm += inside;
     }
+    if (element_bytes < 4) {  // half and bfloat16 data widened to float first, the result narrowed back
+        c.encode += pass(f);
+        c.decode += pass(f / (op == compress_op::reduce_scatter ? std::max(1, s.ranks()) : 1));
+    }
     const double k = 1 + compress_margin;
     c.encode *= k;
     c.comm *= k;
@@ -335,24 +339,33 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
 
 /// Where compression may run and which schemes the executor offers: on the host (host
 /// compressors, device buffers staged through host memory) and/or on the device (the CUDA
-/// compressors); the hierarchical and the alltoall+allgather schemes (the NCCL path runs flat
-/// allreduce and allgather schemes only).
+/// compressors); the hierarchical and the alltoall+allgather schemes (the NCCL path offers the
+/// hierarchical ones where it has node and rail communicators, alltoall+allgather on the host only).
 struct compress_places {
     bool host = true, device = false;
     bool hierarchical = true, alltoall = true;
 };
 
+/// True when method `m` can make the data of elements of `element_bytes` bytes smaller: the
+/// casts to 16 bits cannot for half and bfloat16 data (fp16 of a half tensor is the tensor
+/// itself, bf16 of it only loses precision); the quantisers and the sparsifiers can.
+constexpr bool can_pay(compress::method m, int element_bytes) {
+    return element_bytes > 2 || (m != compress::method::fp16 && m != compress::method::bf16);
+}
+
 /// Every option the decision tree has for `op` on shape `s` under `consent`, exact first:
-/// each allowed method with each scheme its form supports (the summable forms' allreduce, the
-/// others' alltoall+allgather, every form's allgather; for a reduce-scatter, the summable forms'
-/// reduce-scatter and every form's alltoall), on each allowed place, flat and (for an allreduce
-/// on a shape of equal nodes) hierarchical.
+/// each allowed method that can pay for elements of `element_bytes` bytes (4 for float, 2 for
+/// half and bfloat16: see can_pay) with each scheme its form supports (the summable forms'
+/// allreduce, the others' alltoall+allgather, every form's allgather; for a reduce-scatter, the
+/// summable forms' reduce-scatter and every form's alltoall), on each allowed place, flat and
+/// (for an allreduce on a shape of equal nodes) hierarchical.
 inline std::vector<compress_option> compress_options(const compress_shape& s, compress_op op,
-                                                     const compress_consent& consent, compress_places places = {}) {
+                                                     const compress_consent& consent, compress_places places = {},
+                                                     int element_bytes = 4) {
     std::vector<compress_option> out(1);  // exact
     if (s.ranks() <= 1) return out;
     for (const compress::method me : compress::all_methods) {
-        if (!allows(consent, me)) continue;
+        if (!allows(consent, me) || !can_pay(me, element_bytes)) continue;
         for (const bool device : {false, true}) {
             if (device ? !places.device : !places.host) continue;
             for (const compress_scheme sc :
@@ -389,7 +402,7 @@ inline std::vector<option_cost> predict_options(const cost_model& m, const compr
     const double x = static_cast<double>(count) * element_bytes;
     const double full = detail::library_time(m, s.coll, whole, x), latency = detail::library_time(m, s.coll, whole, 0);
     const bool volume_bound = full > 0 && latency <= (1 - compress_volume_share) * full;
-    for (const compress_option& o : compress_options(s, op, consent, places)) {
+    for (const compress_option& o : compress_options(s, op, consent, places, element_bytes)) {
         if (!o.exact() && !volume_bound) break;
         out.push_back(predict_option(m, s, op, count, element_bytes, o));
     }
@@ -401,7 +414,7 @@ inline std::vector<option_cost> predict_options(const cost_model& m, const compr
 /// default. 2^62 (never) when there is none.
 inline std::int64_t compress_threshold(const cost_model& m, const compress_shape& s, compress_op op, int element_bytes,
                                        const compress_consent& consent, compress_places places = {}) {
-    if (compress_options(s, op, consent, places).size() <= 1) return std::int64_t{1} << 62;
+    if (compress_options(s, op, consent, places, element_bytes).size() <= 1) return std::int64_t{1} << 62;
     for (std::int64_t bytes = 4096; bytes <= (std::int64_t{1} << 40); bytes *= 2) {
         const std::vector<option_cost> costs =
             predict_options(m, s, op, bytes / element_bytes, element_bytes, consent, places);

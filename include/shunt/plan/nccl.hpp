@@ -21,16 +21,23 @@ inline constexpr std::array<std::string_view, 5> nccl_op_names = {"allreduce", "
                                                                   "broadcast", "reduce"};
 inline constexpr std::string_view to_string(nccl_op op) { return nccl_op_names[static_cast<std::size_t>(op)]; }
 
-/// Who runs an NCCL collective: NCCL itself, or shunt's schedule over the communicator's node and
+/// Who runs an NCCL collective: NCCL itself, shunt's schedule over the communicator's node and
 /// rail communicators (reduce-scatter inside the nodes, the operation across them, allgather
-/// inside the nodes; see collectives/nccl.hpp).
-enum class nccl_method : std::uint8_t { library, hierarchical };
-inline constexpr std::string_view to_string(nccl_method m) {
-    return m == nccl_method::library ? "library" : "hierarchical";
-}
+/// inside the nodes), or, for allreduce where the nodes hold several GPU domains, shunt's
+/// three-level schedule over domain, node and rail (see collectives/nccl.hpp).
+enum class nccl_method : std::uint8_t { library, hierarchical, hierarchical3 };
+inline constexpr std::array<std::string_view, 3> nccl_method_names = {"library", "hierarchical", "hierarchical3"};
+inline constexpr std::string_view to_string(nccl_method m) { return nccl_method_names[static_cast<std::size_t>(m)]; }
+
+/// Which of shunt's schedules a communicator's levels allow for an operation: the two-level one
+/// where there are several nodes of several ranks, the three-level one (allreduce only) where the
+/// nodes hold several domains of several ranks.
+struct nccl_depths {
+    bool two = true, three = false;
+};
 
 namespace table_names {
-/// nccl.<op>.<library|hierarchical>.r<R>n<N> (the shape named as the tuner's tables name it):
+/// nccl.<op>.<library|hierarchical|hierarchical3>.r<R>n<N> (the shape named as the tuner's tables name it):
 /// seconds for the operation's bytes (the reduced vector of allreduce, reduce and broadcast; the
 /// whole send buffer of reduce-scatter; the whole receive buffer of allgather) on R ranks in N
 /// nodes of equal size, measured where GPUs exist.
@@ -66,30 +73,51 @@ inline std::uint64_t nccl_digest(const cost_model& m) {
 struct nccl_decision {
     nccl_method method = nccl_method::library;
     bool forced = false;  ///< SHUNT_NCCL=shunt or library
-    double library_s = 0, hierarchical_s = 0;
+    double library_s = 0, hierarchical_s = 0, hierarchical3_s = 0;
+    /// The prediction for `m`.
+    double seconds(nccl_method m) const {
+        return m == nccl_method::library        ? library_s
+               : m == nccl_method::hierarchical ? hierarchical_s
+                                                : hierarchical3_s;
+    }
 };
 
-/// The method for `op` moving `bytes` on a communicator of shape `s`: SHUNT_NCCL=library and
-/// shunt force it; auto takes shunt's schedule only where the model has measured tables of both
-/// methods for this shape covering the size and shunt's is faster by measured_win_margin. Without
-/// tables NCCL keeps every call: its rings and trees are topology-aware already, and the analytic
-/// model describes MPI libraries, not them. Pure: the same on every rank whose model agrees.
+/// The method for `op` moving `bytes` on a communicator of shape `s` whose levels allow `depths`:
+/// SHUNT_NCCL=library forces NCCL, shunt forces the deepest schedule that applies; auto takes
+/// the fastest of shunt's applicable schedules only where the model has measured tables of it
+/// and of NCCL for this shape covering the size and it is faster than NCCL by
+/// measured_win_margin. Without tables NCCL keeps every call: its rings and trees are
+/// topology-aware already, and the analytic model describes MPI libraries, not them. Pure: the
+/// same on every rank whose model agrees.
 inline nccl_decision decide_nccl(const cost_model& m, nccl_choice choice, nccl_op op, std::int64_t bytes,
-                                 const nccl_shape& s) {
+                                 const nccl_shape& s, nccl_depths depths = {}) {
     nccl_decision d;
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const double b = static_cast<double>(bytes);
-    const time_table* lib = m.find(table_names::nccl(op, nccl_method::library, s));
-    const time_table* hier = m.find(table_names::nccl(op, nccl_method::hierarchical, s));
+    if (op != nccl_op::allreduce) depths.three = false;
+    const auto table = [&](nccl_method k) { return m.find(table_names::nccl(op, k, s)); };
+    const time_table* lib = table(nccl_method::library);
+    const time_table* hier = depths.two ? table(nccl_method::hierarchical) : nullptr;
+    const time_table* hier3 = depths.three ? table(nccl_method::hierarchical3) : nullptr;
     d.library_s = lib != nullptr ? lib->predict(b) : nan;
     d.hierarchical_s = hier != nullptr ? hier->predict(b) : nan;
+    d.hierarchical3_s = hier3 != nullptr ? hier3->predict(b) : nan;
     if (choice != nccl_choice::automatic) {
         d.forced = true;
-        d.method = choice == nccl_choice::shunt ? nccl_method::hierarchical : nccl_method::library;
+        d.method = choice == nccl_choice::library ? nccl_method::library
+                   : depths.three                 ? nccl_method::hierarchical3
+                   : depths.two                   ? nccl_method::hierarchical
+                                                  : nccl_method::library;
         return d;
     }
-    if (bytes < nccl_min_bytes || lib == nullptr || hier == nullptr || !lib->covers(b) || !hier->covers(b)) return d;
-    if (d.hierarchical_s < d.library_s * (1 - measured_win_margin)) d.method = nccl_method::hierarchical;
+    if (bytes < nccl_min_bytes || lib == nullptr || !lib->covers(b)) return d;
+    double best = d.library_s * (1 - measured_win_margin);
+    for (const auto& [k, t] :
+         {std::pair{nccl_method::hierarchical, hier}, std::pair{nccl_method::hierarchical3, hier3}})
+        if (t != nullptr && t->covers(b) && d.seconds(k) < best) {
+            best = d.seconds(k);
+            d.method = k;
+        }
     return d;
 }
 

@@ -35,7 +35,9 @@ TEST_CASE("README's configuration table matches the registry") {
         CHECK_MESSAGE(seen[name] == 1, "README.md's table must list " << name << " once");
         seen.erase(name);
     }
-    for (const auto& [name, count] : seen) {
+    for (const auto& entry : seen) {
+        const std::string& name = entry.first;
+        const int count = entry.second;  // named, not bound: clang 14's CAPTURE needs it
         CAPTURE(count);
         FAIL_CHECK("README.md lists " << name << ", which the registry does not declare");
     }

@@ -143,3 +143,38 @@ TEST_CASE("floating-point reductions are decided from the model, never measured 
     CHECK_FALSE(detail::exact_reduction(MPI_FLOAT, MPI_PROD));
     CHECK_FALSE(detail::exact_reduction(MPI_C_DOUBLE_COMPLEX, MPI_SUM));
 }
+
+TEST_CASE("collective planner: latency-bound calls are measured longer and need a clear win") {
+    const coll_shape s = coll_shape::of(three_levels());
+    const cost_model analytic;
+    // Records `n` timings of each method (library first, as choose() alternates) for `bytes`;
+    // true when the last one decided.
+    const auto measure = [&](collective_tuner& t, std::int64_t bytes, int n, double lib_s, double hier_s) {
+        bool decided = false;
+        for (int i = 0; i < 2 * n && !decided; ++i) {
+            const auto p = t.choose(analytic, coll_op::allgather, bytes, std::nullopt, alone, true);
+            REQUIRE(p.timed);
+            decided = t.record(coll_op::allgather, bytes, p.method, p.method == coll_method::library ? lib_s : hier_s,
+                               alone);
+        }
+        return decided;
+    };
+    SUBCASE("8 bytes: three timings of each are not enough, twelve are") {
+        collective_tuner t(s, 3);
+        CHECK_FALSE(measure(t, 8, 3, 1e-6, 0.5e-6));
+        CHECK(measure(t, 8, collective_tuner::latency_trials - 3, 1e-6, 0.5e-6));
+        CHECK(t.settled(coll_op::allgather, 8) == coll_method::hierarchical);  // twice as fast: a clear win
+        CHECK(t.measured_latency_bound(coll_op::allgather, 8));
+        CHECK_FALSE(t.measured_latency_bound(coll_op::allgather, 16 << 20));
+    }
+    SUBCASE("8 bytes: a win within the latency margin keeps the library") {
+        collective_tuner t(s, 3);
+        CHECK(measure(t, 8, collective_tuner::latency_trials, 1e-6, 0.8e-6));
+        CHECK(t.settled(coll_op::allgather, 8) == coll_method::library);
+    }
+    SUBCASE("16 MiB (mostly volume): three timings and the usual margin") {
+        collective_tuner t(s, 3);
+        CHECK(measure(t, 16 << 20, 3, 1e-2, 0.95e-2));
+        CHECK(t.settled(coll_op::allgather, 16 << 20) == coll_method::hierarchical);
+    }
+}

@@ -115,9 +115,10 @@ TEST_CASE("nccl tuner: a measured cell that beats NCCL's pick wins, and only mea
 
 TEST_CASE("nccl tuner: NCCL's pick stays unless the fastest measured cell beats it by the margin") {
     // 3% margin: against NCCL's 50 us, 48.4 us wins and 48.6 us does not (nor does a tie).
-    for (const auto& [rival_us, verdict] :
-         {std::pair{48.4, nccl_verdict::changed}, std::pair{48.6, nccl_verdict::within_margin},
-          std::pair{50.0, nccl_verdict::nccl_agrees}}) {
+    for (const auto& c : {std::pair{48.4, nccl_verdict::changed}, std::pair{48.6, nccl_verdict::within_margin},
+                          std::pair{50.0, nccl_verdict::nccl_agrees}}) {
+        const double rival_us = c.first;  // named, not bound: lambdas in doctest's macros capture it
+        const nccl_verdict verdict = c.second;
         CAPTURE(rival_us);
         cost_model m;
         m.set(name(nccl_algo::ring, nccl_proto::ll128), flat_us(50));

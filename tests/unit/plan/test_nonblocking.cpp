@@ -111,3 +111,29 @@ TEST_CASE("nonblocking plan: the blocking calls' settled decision comes first; S
     CHECK(plan.choose(tuner, coll_op::bcast, 1 << 20, true, coll_method::hierarchical).method ==
           coll_method::hierarchical);
 }
+
+TEST_CASE("nonblocking plan: a latency-bound blocking win of shunt's does not carry over") {
+    const coll_shape s = coll_shape::of(three_levels());
+    const cost_model analytic;  // no tables: the blocking calls measure
+    collective_tuner tuner(s, 3);
+    // The plan from tables where the library wins alltoall at every size.
+    cost_model lib_wins;
+    lib_wins.set(table_names::collective(coll_op::alltoall, coll_method::library, s), flat_table(1e-6));
+    lib_wins.set(table_names::collective(coll_op::alltoall, coll_method::hierarchical, s), flat_table(4e-6));
+    const nonblocking_plan plan(tuner, lib_wins, [](double*, int) {});
+    REQUIRE(plan.choose(tuner, coll_op::alltoall, 8, true, std::nullopt).method == coll_method::library);
+    // Blocking calls of 8 bytes (latency-bound) measure shunt's schedule twice as fast ...
+    bool decided = false;
+    for (int i = 0; i < 2 * collective_tuner::latency_trials && !decided; ++i) {
+        const auto p = tuner.choose(analytic, coll_op::alltoall, 8, std::nullopt, [](double*, int) {}, true);
+        REQUIRE(p.timed);
+        decided = tuner.record(coll_op::alltoall, 8, p.method, p.method == coll_method::library ? 2e-6 : 1e-6,
+                               [](double*, int) {});
+    }
+    REQUIRE(decided);
+    REQUIRE(tuner.settled(coll_op::alltoall, 8) == coll_method::hierarchical);
+    // ... and the nonblocking call keeps the plan's library.
+    const auto p = plan.choose(tuner, coll_op::alltoall, 8, true, std::nullopt);
+    CHECK(p.method == coll_method::library);
+    CHECK_FALSE(p.settled);
+}
