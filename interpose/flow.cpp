@@ -42,6 +42,7 @@ struct lane_setup {
     std::vector<flow::env_setting> applied;
     std::vector<std::string> kept;  ///< variables the user had set, left as they were
     std::string problem;  ///< why nothing (or less) was done
+    bool problem_is_warning = true;  ///< false: SHUNT_FLOW=auto keeping one connection (said at info)
 };
 
 lane_setup& mpi_setup() {
@@ -151,32 +152,23 @@ bool plan_job(const settings& cfg, lane_setup& s) {
     if (req.mode == flow::lane_mode::off) return false;
     char host[256] = {0};
     if (::gethostname(host, sizeof host - 1) == 0) s.host = host;
-    bool pinned = req.mode == flow::lane_mode::pinned;
+    flow::fabric_description desc;
+    if (!cfg.fabric.empty()) desc = flow::parse_fabric_description(cfg.fabric);
+    bool planes = !desc.planes.empty();
+    for (int p = 1; planes && p <= desc.spines; ++p)
+        planes = ::if_nametoindex((desc.planes + std::to_string(p)).c_str()) != 0;
+    const flow::lane_choice choice = flow::choose_lanes(req, cfg.fabric.empty() ? nullptr : &desc, s.host, planes);
+    if (choice.kind == flow::lane_kind::none) {
+        s.problem = choice.why;
+        s.problem_is_warning = choice.warn;
+        s.job_problem = choice.job_wide;
+        return false;
+    }
+    const bool pinned = choice.kind == flow::lane_kind::pinned;
     if (cfg.fabric.empty()) {
-        if (req.mode != flow::lane_mode::hashed || req.k == 0) {
-            s.job_problem = true;
-            s.problem = "SHUNT_FLOW=" + cfg.flow + " needs SHUNT_FABRIC (only hashed:K goes without it)";
-            return false;
-        }
-        s.plan.k = req.k;
+        s.plan.k = req.k;  // hashed:K
     } else {
-        const flow::fabric_description desc = flow::parse_fabric_description(cfg.fabric);
         const int ep = flow::host_endpoint(desc, s.host);
-        if (ep < 0) {
-            s.problem = "host '" + s.host + "' is not listed in SHUNT_FABRIC; its transfers are not split";
-            return false;
-        }
-        bool planes = !desc.planes.empty();
-        for (int p = 1; planes && p <= desc.spines; ++p)
-            planes = ::if_nametoindex((desc.planes + std::to_string(p)).c_str()) != 0;
-        if (req.mode == flow::lane_mode::automatic) pinned = planes;
-        if (pinned && !planes) {
-            s.problem = desc.planes.empty() ? std::string("SHUNT_FLOW=pinned needs planes=PREFIX in SHUNT_FABRIC")
-                                            : "host '" + s.host + "' lacks the plane interfaces " + desc.planes +
-                                                  "1.." + desc.planes + std::to_string(desc.spines);
-            s.job_problem = desc.planes.empty();
-            return false;
-        }
         const flow::fabric fab =
             flow::make_fabric(desc, pinned ? flow::path_control::pinned : flow::path_control::hashed);
         const int per_host = std::max(1, env_count({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}));
@@ -291,8 +283,11 @@ void log_flow_lanes() noexcept {
         if (!s.done) return;
         const int rank = log_rank();
         if (!s.problem.empty()) {
-            if (rank == 0 || !s.job_problem)
+            if (rank != 0 && s.job_problem) return;
+            if (s.problem_is_warning)
                 log_warn(log_category::config, "flow splitting is off: %s", s.problem.c_str());
+            else
+                log_info(log_category::decide, "flow: %s", s.problem.c_str());
             return;
         }
         if (rank == 0 && log_enabled(log_level::info, log_category::decide)) {
@@ -327,12 +322,10 @@ void prepare_nccl_lanes(const settings& cfg) noexcept {
     try {
         std::call_once(once, [&] {
             lane_setup s;
-            // NCCL's lanes are hashed: plan as hashed whatever SHUNT_FLOW's kind.
-            settings hashed = cfg;
-            flow::flow_request req = flow::parse_flow_request(cfg.flow);
-            if (req.mode == flow::lane_mode::off) return;
-            hashed.flow = "hashed" + (req.k > 0 ? ":" + std::to_string(req.k) : std::string());
-            if (plan_job(hashed, s)) set_all(s, flow::nccl_lane_settings(s.plan.k));
+            // NCCL's queue pairs cannot be pinned (NCCL picks their source ports), and auto and
+            // pinned never fall back to hashed lanes: only SHUNT_FLOW=hashed[:K] sets them.
+            if (flow::parse_flow_request(cfg.flow).mode != flow::lane_mode::hashed) return;
+            if (plan_job(cfg, s)) set_all(s, flow::nccl_lane_settings(s.plan.k));
         });
     } catch (...) {  // NCCL runs as the user set it
     }

@@ -10,8 +10,10 @@ namespace shunt::detail {
 /// fabric of SHUNT_FABRIC, this host's place in it, the launcher's rank counts) and sets, in
 /// this process's environment, the settings that give the MPI library k lanes per peer
 /// (shunt/flow/knobs.hpp: Open MPI's TCP component, or UCX under MPICH). Settings the user
-/// made are kept, except the pinned mode's interface list. What it could not do is said once
-/// (a warning) and leaves the library as it was. Not thread-safe (MPI is not running yet).
+/// made are kept, except the pinned mode's interface list. SHUNT_FLOW=auto pins lanes where
+/// the fabric's plane interfaces exist and otherwise sets nothing (one connection per peer,
+/// said at SHUNT_LOG=info). What a request could not do is said once (a warning) and leaves
+/// the library as it was. Not thread-safe (MPI is not running yet).
 void prepare_flow_lanes(const settings& cfg) noexcept;
 
 /// Right after PMPI_Init succeeded, before the application's first message: where shunt gave
@@ -29,7 +31,7 @@ void connect_flow_lanes() noexcept;
 void log_flow_lanes() noexcept;
 
 /// For ncclCommInitRank (and the other communicator constructors), before the real call:
-/// with SHUNT_FLOW set, sets NCCL's queue pairs per connection and data splitting across them
+/// with SHUNT_FLOW=hashed[:K] (auto and pinned set nothing for NCCL), sets NCCL's queue pairs per connection and data splitting across them
 /// (NCCL_IB_QPS_PER_CONNECTION, NCCL_IB_SPLIT_DATA_ON_QPS) to the planner's k, unless the user
 /// set them. NCCL reads them when the process's first communicator is created, so later calls
 /// change nothing. Hashed lanes (RoCE v2: one UDP source port per queue pair). Never throws;

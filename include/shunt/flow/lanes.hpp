@@ -35,7 +35,7 @@ namespace shunt::flow {
 /// What SHUNT_FLOW asks for.
 enum class lane_mode {
     off,  ///< the transports as the user set them
-    automatic,  ///< pinned where the fabric has address planes and this host has their interfaces, else hashed
+    automatic,  ///< pinned where the fabric has address planes and this host has their interfaces, else none
     hashed,  ///< k connections per peer, their spines left to the switches' hashing
     pinned,  ///< k connections per peer, each on a spine's address plane
 };
@@ -170,6 +170,67 @@ inline fabric_description parse_fabric_description(std::string_view text) {
     }
     if (!have_spines || !have_leaves) bad("needs spines=S and leaves={...}");
     return d;
+}
+
+/// The lanes a process sets up.
+enum class lane_kind {
+    none,  ///< one connection per peer: nothing is set
+    hashed,  ///< k connections per peer, their spines hashed by the switches
+    pinned,  ///< connections on the host's receive planes
+};
+
+/// What choose_lanes decided, and why where it sets up nothing.
+struct lane_choice {
+    lane_kind kind = lane_kind::none;
+    std::string why;  ///< empty when lanes are set up or SHUNT_FLOW is off
+    bool warn = false;  ///< `why` is a request that cannot be met (a warning), not auto keeping one lane
+    bool job_wide = false;  ///< `why` holds on every rank alike (rank 0 says it alone)
+};
+
+/// Decides the kind of a process's lanes from SHUNT_FLOW's request, SHUNT_FABRIC (`fabric`,
+/// null when unset), whether it lists this host (`host` is its name) and whether the host has
+/// the plane interfaces `planes`1..S. `auto` pins where the planes exist and otherwise keeps
+/// one connection per peer: hashed lanes gain nothing where no phase collides and their extra
+/// connections cost more than hashing's collisions on the emulated fabric (bench/README.md), so
+/// they come only when asked for (`hashed[:K]`). Called before MPI starts, by every process.
+inline lane_choice choose_lanes(const flow_request& req, const fabric_description* fabric, std::string_view host,
+                                bool host_has_planes) {
+    lane_choice c;
+    const bool is_auto = req.mode == lane_mode::automatic;
+    const std::string hashed_note =
+        "; hashed lanes (more connections whose spines the switches pick) only with SHUNT_FLOW=hashed[:K]";
+    // `mistake`: SHUNT_FABRIC contradicts the job, a warning whatever the request.
+    const auto keep_one = [&](std::string why, bool job_wide, bool mistake = false) {
+        c.why = is_auto && !mistake ? "SHUNT_FLOW=auto keeps one connection per peer: " + why + hashed_note
+                                    : std::move(why);
+        c.warn = !is_auto || mistake;
+        c.job_wide = job_wide;
+        return c;
+    };
+    if (req.mode == lane_mode::off) return c;
+    if (fabric == nullptr) {
+        if (req.mode == lane_mode::hashed && req.k > 0) return c.kind = lane_kind::hashed, c;
+        if (is_auto) return keep_one("SHUNT_FABRIC is not set, so there are no address planes to pin lanes to", true);
+        return keep_one("SHUNT_FLOW=" + std::string(req.mode == lane_mode::hashed ? "hashed" : "pinned") +
+                            " needs SHUNT_FABRIC (only hashed:K goes without it)",
+                        true);
+    }
+    bool listed = false;
+    for (const auto& leaf : fabric->leaves) listed = listed || std::find(leaf.begin(), leaf.end(), host) != leaf.end();
+    if (!listed)
+        return keep_one("host '" + std::string(host) + "' is not listed in SHUNT_FABRIC; its transfers are not split",
+                        false, true);
+    if (req.mode == lane_mode::hashed) return c.kind = lane_kind::hashed, c;
+    if (fabric->planes.empty())
+        return keep_one(is_auto ? "SHUNT_FABRIC names no address planes (planes=PREFIX)"
+                                : "SHUNT_FLOW=pinned needs planes=PREFIX in SHUNT_FABRIC",
+                        true);
+    if (!host_has_planes)
+        return keep_one("host '" + std::string(host) + "' lacks the plane interfaces " + fabric->planes + "1.." +
+                            fabric->planes + std::to_string(fabric->spines),
+                        false);
+    c.kind = lane_kind::pinned;
+    return c;
 }
 
 /// Hosts per leaf of the description's fabric: the largest leaf (smaller leaves leave slots empty).

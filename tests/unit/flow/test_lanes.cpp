@@ -231,3 +231,54 @@ TEST_CASE("hashed plans: k = 1 where no link can carry two flows, more lanes whe
         CHECK(plan_lanes(fab, job_phases(fab, job_ranks(d, 8, 1)), 3, opt).k == 3);
     }
 }
+
+TEST_CASE("auto pins where the planes exist and otherwise keeps one lane; hashed only when asked for") {
+    const auto with_planes = parse_fabric_description("spines=2;leaves={a,b|c,d};planes=pl");
+    const auto no_planes = parse_fabric_description("spines=2;leaves={a,b|c,d}");
+    const flow_request automatic{lane_mode::automatic, 0}, hashed{lane_mode::hashed, 0}, hashed4{lane_mode::hashed, 4},
+        pinned{lane_mode::pinned, 0};
+    // (request, fabric, host, host has the plane interfaces) -> (kind, said as a warning, said by rank 0 alone)
+    struct cse {
+        const char* what;
+        flow_request req;
+        const fabric_description* fabric;
+        const char* host;
+        bool has_planes;
+        lane_kind kind;
+        bool warn, job_wide;
+    };
+    const lane_kind none = lane_kind::none;
+    for (const cse c : {
+             cse{"off", flow_request{}, &with_planes, "a", true, none, false, false},
+             cse{"auto, planes here", automatic, &with_planes, "c", true, lane_kind::pinned, false, false},
+             cse{"auto, no fabric", automatic, nullptr, "a", false, none, false, true},
+             cse{"auto, fabric without planes", automatic, &no_planes, "a", false, none, false, true},
+             cse{"auto, fabric without planes, interfaces anyway", automatic, &no_planes, "a", true, none, false, true},
+             cse{"auto, this host lacks the planes", automatic, &with_planes, "b", false, none, false, false},
+             cse{"auto, host not listed", automatic, &with_planes, "x", true, none, true, false},
+             cse{"hashed:4, no fabric", hashed4, nullptr, "a", false, lane_kind::hashed, false, false},
+             cse{"hashed, no fabric, no K", hashed, nullptr, "a", false, none, true, true},
+             cse{"hashed, fabric without planes", hashed, &no_planes, "d", false, lane_kind::hashed, false, false},
+             cse{"hashed, planes here", hashed, &with_planes, "d", true, lane_kind::hashed, false, false},
+             cse{"pinned, planes here", pinned, &with_planes, "a", true, lane_kind::pinned, false, false},
+             cse{"pinned, no fabric", pinned, nullptr, "a", true, none, true, true},
+             cse{"pinned, fabric without planes", pinned, &no_planes, "a", true, none, true, true},
+             cse{"pinned, this host lacks the planes", pinned, &with_planes, "a", false, none, true, false},
+         }) {
+        CAPTURE(c.what);
+        const lane_choice got = choose_lanes(c.req, c.fabric, c.host, c.has_planes);
+        CHECK(got.kind == c.kind);
+        if (c.kind != none || c.req.mode == lane_mode::off) {
+            CHECK(got.why.empty());
+            continue;
+        }
+        CHECK(!got.why.empty());
+        CHECK(got.warn == c.warn);
+        CHECK(got.job_wide == c.job_wide);
+        // auto says that it keeps one connection and that hashed lanes must be asked for (a
+        // SHUNT_FABRIC that does not list the host is a warning of its own).
+        const bool says_auto = got.why.find("auto keeps one connection") != std::string::npos &&
+                               got.why.find("hashed[:K]") != std::string::npos;
+        CHECK(says_auto == (c.req.mode == lane_mode::automatic && !c.warn));
+    }
+}
