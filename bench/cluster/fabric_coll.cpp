@@ -6,16 +6,22 @@
 // leaf's network namespace) around a probe message, which gives the share of the pair's bytes
 // on each spine, whatever the transport's lanes (one connection, k hashed ones, pinned planes).
 // The flow model then predicts the collective's time on those paths (max-min fair sharing,
-// capacities from one flow's measured goodput), beside ideal spraying and random ECMP.
+// capacities from one flow's measured goodput), beside ideal spraying and random ECMP. Every
+// element of every call's result is checked, and each rank reports which of its interfaces its
+// TCP connections to the other hosts are bound to (the pinned mode's lanes, as set up).
 #include <shunt/errors.hpp>  // before <mpi.h>: keeps the C++ bindings out
 #include <shunt/flow/fabric.hpp>
 #include <shunt/flow/fluid.hpp>
 #include <shunt/flow/pattern.hpp>
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <linux/if_link.h>
+#include <netinet/in.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,6 +117,46 @@ std::vector<double> uplink_bytes(const description& d, int leaf) {
     return out;
 }
 
+/// This process's TCP connections to the fabric's hosts (peers in 198.18.0.0/15), and how many
+/// of them are bound to an address of a plane interface pl<p> whose spine p - 1 is in
+/// `planes_mask` (the planes this host receives on).
+struct socket_count {
+    int to_hosts = 0, on_planes = 0;
+};
+
+socket_count fabric_sockets(int planes_mask) {
+    std::map<std::uint32_t, std::string> owner;  // local address -> interface
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) == 0) {
+        for (ifaddrs* a = list; a != nullptr; a = a->ifa_next)
+            if (a->ifa_addr != nullptr && a->ifa_addr->sa_family == AF_INET)
+                owner[reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr] = a->ifa_name;
+        ::freeifaddrs(list);
+    }
+    socket_count c;
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (dir == nullptr) return c;
+    while (const dirent* e = ::readdir(dir)) {
+        const int fd = std::atoi(e->d_name);
+        if (e->d_name[0] == '.' || fd == ::dirfd(dir)) continue;
+        sockaddr_in mine{}, peer{};
+        socklen_t ml = sizeof mine, pl = sizeof peer;
+        int type = 0;
+        socklen_t tl = sizeof type;
+        if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM) continue;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &ml) != 0 || mine.sin_family != AF_INET) continue;
+        if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+        if ((ntohl(peer.sin_addr.s_addr) & 0xfffe0000u) != 0xc6120000u) continue;  // 198.18.0.0/15
+        ++c.to_hosts;
+        const auto it = owner.find(mine.sin_addr.s_addr);
+        if (it == owner.end() || it->second.rfind("pl", 0) != 0) continue;
+        const int plane = std::atoi(it->second.c_str() + 2);
+        if (plane >= 1 && plane <= 30 && (planes_mask & (1 << (plane - 1))) != 0) ++c.on_planes;
+    }
+    ::closedir(dir);
+    return c;
+}
+
 enum class op_kind { allreduce_ring, allreduce_rabenseifner, alltoall_pairwise };
 
 // The steps of Open MPI's algorithm (coll_tuned), as phases of the flow model.
@@ -148,7 +194,7 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &p);
     std::string op_name = "alltoall", label = "run";
     double mib = 1;
-    int iters = 5, probe_kib = 512, lanes = 0;
+    int iters = 5, probe_kib = 512, cal_kib = 4096, lanes = 0;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -163,6 +209,8 @@ int main(int argc, char** argv) {
             iters = std::atoi(next().c_str());
         else if (a == "--probe-kib")
             probe_kib = std::atoi(next().c_str());
+        else if (a == "--cal-kib")
+            cal_kib = std::atoi(next().c_str());
         else if (a == "--lanes")
             lanes = std::atoi(next().c_str());
         else if (a == "--label")
@@ -171,14 +219,17 @@ int main(int argc, char** argv) {
             if (me == 0)
                 std::puts(
                     "usage: fabric-mpirun -n P fabric_coll [--op allreduce-ring|allreduce-rabenseifner|alltoall]\n"
-                    "       [--mib M] [--iters N] [--probe-kib K] [--lanes L] [--label TEXT]\n"
+                    "       [--mib M] [--iters N] [--probe-kib K] [--cal-kib C] [--lanes L] [--label TEXT]\n"
                     "Times the library's collective (the algorithm must be the one named: fabric_coll.py sets\n"
                     "coll_tuned) on M MiB (allreduce: per rank; alltoall: per pair), N times after a warm-up,\n"
                     "probes each spine-crossing pair's paths with K KiB (L: the connections per peer, for the\n"
                     "model's sub-flows; default: from Open MPI's btl_tcp_links and btl_tcp_if_include as the\n"
-                    "process started), and prints the flow model's times for those paths, spraying and ECMP;\n"
-                    "pinned_paths=1 when every rank has planes (pl<p>) and each pair's bytes crossed its\n"
-                    "receiver's planes' spines.");
+                    "process started), calibrates one flow's goodput with C KiB (default 4096), and prints the\n"
+                    "flow model's times for those paths, spraying and ECMP. correct=1: every element of every\n"
+                    "call's result was right; pinned_paths=1 when every rank has planes (pl<p>) and each pair's\n"
+                    "bytes crossed its receiver's planes' spines; planes_set_up=1 when every host receives on\n"
+                    "the planes (i k + j) mod S, j < k (host i of its leaf, k planes each) and every TCP\n"
+                    "connection of every rank to another host is bound to one of them.");
             MPI_Finalize();
             return 0;
         } else
@@ -193,7 +244,8 @@ int main(int argc, char** argv) {
         op = op_kind::alltoall_pairwise;
     else
         die("unknown --op " + op_name);
-    if (!(mib > 0 && mib <= 256) || iters < 1 || iters > 100 || probe_kib < 64 || lanes < 0 || lanes > 64)
+    if (!(mib > 0 && mib <= 256) || iters < 1 || iters > 100 || probe_kib < 64 || cal_kib < 64 || cal_kib > 65536 ||
+        lanes < 0 || lanes > 64)
         die("bad option value");
     // The connections per peer and the address planes this rank receives on, from the settings
     // Open MPI read at MPI_Init (shunt sets them in the process before; fabric-mpirun passes the
@@ -214,6 +266,7 @@ int main(int argc, char** argv) {
     std::vector<int> masks(static_cast<std::size_t>(p));
     MPI_Allgather(&planes_mask, 1, MPI_INT, masks.data(), 1, MPI_INT, MPI_COMM_WORLD);
     const description d = read_description();
+    int sockets_to_hosts = 0, sockets_on_planes = 0;
     if (p != d.leaves * d.per_leaf) die("run one rank per host (" + std::to_string(d.leaves * d.per_leaf) + ")");
     {
         char host[256] = {0};
@@ -232,20 +285,45 @@ int main(int argc, char** argv) {
         else
             MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     };
-    run_op();  // every connection of the algorithm opens
-    // The result is checked once: every element is the sum 1 + 2 + ... + p (allreduce) or the
-    // sender's value (alltoall).
+    // Every call's result is checked in full: every element is the sum 1 + 2 + ... + p
+    // (allreduce) or the sender's value (alltoall); the output is spoilt before each call.
     bool right = true;
-    for (std::size_t i = 0; i < out.size(); i += 997) {
-        const double want = op == op_kind::alltoall_pairwise
-                                ? 1.0 + static_cast<double>(i * 8 / static_cast<std::size_t>(bytes))
-                                : p * (p + 1) / 2.0;
-        right = right && out[i] == want;
+    auto run_checked = [&](bool timed) {
+        std::fill(out.begin(), out.end(), -1.0);
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = now();
+        run_op();
+        const double t = now() - t0;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            const double want = op == op_kind::alltoall_pairwise
+                                    ? 1.0 + static_cast<double>(i * 8 / static_cast<std::size_t>(bytes))
+                                    : p * (p + 1) / 2.0;
+            right = right && out[i] == want;
+        }
+        return timed ? t : 0.0;
+    };
+    run_checked(false);  // every connection of the algorithm opens
+
+    // The lanes as set up: each host on its planes, every connection to another host on one.
+    int planes_ok = 0;
+    {
+        const socket_count sc = fabric_sockets(planes_mask);
+        int k = 0;
+        for (int s = 0; s < 30; ++s) k += (planes_mask >> s) & 1;
+        int want = 0;
+        const int index = me % d.per_leaf;
+        for (int j = 0; j < k; ++j) want |= 1 << ((index * k + j) % d.spines);
+        planes_ok = planes_mask != 0 && planes_mask == want && sc.to_hosts > 0 && sc.on_planes == sc.to_hosts;
+        MPI_Allreduce(MPI_IN_PLACE, &planes_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        int counts[2] = {sc.to_hosts, sc.on_planes};
+        MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        sockets_to_hosts = counts[0];
+        sockets_on_planes = counts[1];
     }
 
-    // Calibration: one flow alone from leaf 0 to leaf 1 (4 MiB, best of 2).
+    // Calibration: one flow alone from leaf 0 to leaf 1 (best of 2).
     const int cal_to = d.per_leaf;
-    std::vector<char> cal(4u << 20);
+    std::vector<char> cal(static_cast<std::size_t>(cal_kib) << 10);
     double goodput = 0;
     for (int t = 0; t < 2; ++t) {
         MPI_Barrier(MPI_COMM_WORLD);
@@ -312,10 +390,7 @@ int main(int argc, char** argv) {
     // Timed calls.
     std::vector<double> times;
     for (int i = 0; i < iters; ++i) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = now();
-        run_op();
-        double t = now() - t0, worst = 0;
+        double t = run_checked(true), worst = 0;
         MPI_Allreduce(&t, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         times.push_back(worst);
     }
@@ -375,9 +450,10 @@ int main(int argc, char** argv) {
         }
         std::printf(
             "result label=%s op=%s ranks=%d mib=%g lanes=%d goodput_mbit=%.2f best=%.4f median=%.4f model=%.4f "
-            "spray=%.4f ecmp=%.4f correct=%d paths_clean=%d pinned_paths=%d\n",
+            "spray=%.4f ecmp=%.4f correct=%d paths_clean=%d pinned_paths=%d planes_set_up=%d sockets=%d "
+            "sockets_on_planes=%d\n",
             label.c_str(), op_name.c_str(), p, mib, lanes, goodput * 8 / 1e6, best, median, model, spray, ecmp,
-            all_right, paths_clean ? 1 : 0, pinned_ok);
+            all_right, paths_clean ? 1 : 0, pinned_ok, planes_ok, sockets_to_hosts, sockets_on_planes);
         std::printf("paths label=%s (sender>receiver:%% per spine)%s\n", label.c_str(), paths.c_str());
         std::fflush(stdout);
     }
