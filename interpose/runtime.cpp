@@ -10,6 +10,7 @@
 #include <shunt/pack/host.hpp>
 #include <shunt/plan/planner.hpp>
 
+#include "flow.hpp"
 #include "text.hpp"
 
 #include <algorithm>
@@ -103,6 +104,7 @@ void runtime::started(int thread_level) noexcept {
     if (PMPI_Comm_rank(MPI_COMM_WORLD, &rank) == MPI_SUCCESS) set_log_rank(rank);
     log_config_warnings();
     log_config_echo();
+    log_flow_lanes();
     devices_.start(cfg_);
     if (rank == 0 && !model_note_.empty()) log_warn(log_category::config, "%s", model_note_.c_str());
     if (rank == 0)
@@ -152,22 +154,26 @@ void runtime::keep_w_record(std::shared_ptr<w_record> r) noexcept {
 
 int runtime::init(int* argc, char*** argv) noexcept {
     count(shim::init);
+    prepare_flow_lanes(cfg_);  // the library reads its knobs in PMPI_Init
     const int rc = PMPI_Init(argc, argv);
     if (rc == MPI_SUCCESS) {
         int level = -1;
         PMPI_Query_thread(&level);
         state_.store(state::running, std::memory_order_release);
         started(level);
+        connect_flow_lanes();
     }
     return rc;
 }
 
 int runtime::init_thread(int* argc, char*** argv, int required, int* provided) noexcept {
     count(shim::init_thread);
+    prepare_flow_lanes(cfg_);
     const int rc = PMPI_Init_thread(argc, argv, required, provided);
     if (rc == MPI_SUCCESS) {
         state_.store(state::running, std::memory_order_release);
         started(provided != nullptr ? *provided : -1);
+        connect_flow_lanes();
     }
     return rc;
 }

@@ -22,11 +22,19 @@ failure or an interrupt. Needs root and iproute2 (ip, tc).
   choosing a destination (and source) address chooses the spine: the pinned mode. Traffic goes
   only to these addresses and to loopback.
 
+  --plane-interfaces puts each plane p >= 1 of a host on its own interface pl<p> (a macvlan on
+  eth0: the same NIC link, shaped once) and leaves eth0 only its plane-0 address, so that
+  libraries which choose paths by interface (Open MPI's TCP component: one module per
+  interface) see one interface per spine; the host's /30 link address then stays on the leaf
+  side only (the host reaches its leaf on-link). fabric-mpirun launches Open MPI across the
+  hosts (see its --help).
+
   $FABRIC_DIR/fabric.txt describes it for COMMAND, one item a line:
     leaves L / hosts_per_leaf H / spines S / rate_bit_per_s R
     host <leaf> <index> <namespace>   (every host)
     leaf <leaf> <namespace>           (every leaf)
     spine <spine> <namespace>         (every spine)
+    planes interfaces|addresses       (where planes 1..S live)
   bench/cluster/fabric_check (the flows of a collective phase under ECMP, split, pinned; against
   the flow model) reads it:
       fabric.sh --leaves 4 --hosts-per-leaf 2 --spines 2 -- build/bench/fabric_check
@@ -36,6 +44,11 @@ Options:
   --hosts-per-leaf H   hosts under each leaf (default 2, at most 32)
   --spines S           spine routers (default 2, at most 15)
   --rate RATE          tc rate of every link and direction (default 100mbit)
+  --plane-interfaces   planes 1..S on interfaces pl1..plS instead of addresses on eth0
+  --ack-priority       every link an HTB at the rate whose packets under 128 bytes (pure ACKs)
+                       go ahead of the data, instead of one tbf queue: a connection carrying
+                       data both ways (MPI's pairwise exchanges) otherwise waits for its ACKs
+                       behind up to 50 ms of data
   --timeout SECONDS    limit for COMMAND (default 600)
   --verbose            print each setup step
   -h, --help           this text
@@ -46,7 +59,7 @@ past --timeout.
 EOF
 }
 
-leaves=4 per_leaf=2 spines=2 rate=100mbit limit=600 verbose=0
+leaves=4 per_leaf=2 spines=2 rate=100mbit limit=600 verbose=0 plane_ifs=0 ack_priority=0
 die_usage() { echo "fabric.sh: $*" >&2; echo "Try 'fabric.sh --help'." >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -55,6 +68,8 @@ while [[ $# -gt 0 ]]; do
         --spines) spines="${2-}"; shift 2 || die_usage "--spines needs a value" ;;
         --rate) rate="${2-}"; shift 2 || die_usage "--rate needs a value" ;;
         --timeout) limit="${2-}"; shift 2 || die_usage "--timeout needs a value" ;;
+        --plane-interfaces) plane_ifs=1; shift ;;
+        --ack-priority) ack_priority=1; shift ;;
         --verbose) verbose=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
@@ -126,8 +141,25 @@ add_ns() {
     fi
 }
 shape() {
-    ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 64kb latency 50ms ||
-        setup_failed "tc tbf on $2 in $1"
+    if [[ $ack_priority -eq 0 ]]; then
+        ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "$rate" burst 64kb latency 50ms ||
+            setup_failed "tc tbf on $2 in $1"
+        return
+    fi
+    # The same rate, with packets under 128 bytes (pure ACKs) ahead of the data: a class of their
+    # own with HTB priority, the data's queue 50 ms deep as tbf's.
+    local q=(ip netns exec "$1" tc) small=$((rate_bps / 20)) big=$((rate_bps - rate_bps / 20))
+    "${q[@]}" qdisc add dev "$2" root handle 1: htb default 20 &&
+        "${q[@]}" class add dev "$2" parent 1: classid 1:1 htb rate "$rate_bps"bit ceil "$rate_bps"bit \
+            burst 64kb cburst 64kb quantum 1514 &&
+        "${q[@]}" class add dev "$2" parent 1:1 classid 1:10 htb rate "$small"bit ceil "$rate_bps"bit prio 0 \
+            burst 64kb cburst 64kb quantum 1514 &&
+        "${q[@]}" class add dev "$2" parent 1:1 classid 1:20 htb rate "$big"bit ceil "$rate_bps"bit prio 1 \
+            burst 64kb cburst 64kb quantum 1514 &&
+        "${q[@]}" qdisc add dev "$2" parent 1:10 pfifo limit 1000 &&
+        "${q[@]}" qdisc add dev "$2" parent 1:20 bfifo limit $((rate_bps / 8 / 20)) &&
+        "${q[@]}" filter add dev "$2" parent 1: protocol ip prio 1 u32 match u16 0 0xff80 at 2 flowid 1:10 ||
+        setup_failed "tc htb with ACK priority on $2 in $1"
 }
 host_ns() { echo "$tag-h$1-$2"; }
 leaf_ns() { echo "$tag-l$1"; }
@@ -136,7 +168,8 @@ addr() { echo "198.18.$((16 * $1 + $3)).$(($2 + 1))"; }  # leaf, index, plane
 
 workdir="$(mktemp -d "${TMPDIR:-/tmp}/shunt-fabric.XXXXXX")"
 desc="$workdir/fabric.txt"
-printf 'leaves %d\nhosts_per_leaf %d\nspines %d\nrate_bit_per_s %d\n' "$leaves" "$per_leaf" "$spines" "$rate_bps" > "$desc"
+printf 'leaves %d\nhosts_per_leaf %d\nspines %d\nrate_bit_per_s %d\nplanes %s\n' "$leaves" "$per_leaf" "$spines" \
+    "$rate_bps" "$([[ $plane_ifs -eq 1 ]] && echo interfaces || echo addresses)" > "$desc"
 add_ns "$(spine_ns 0)" 1 || refuse "'ip netns add' failed (no network namespace support?)"
 for ((s = 1; s < spines; ++s)); do add_ns "$(spine_ns "$s")" 1 || setup_failed "namespace $(spine_ns "$s")"; done
 for ((s = 0; s < spines; ++s)); do echo "spine $s $(spine_ns "$s")" >> "$desc"; done
@@ -167,18 +200,42 @@ for ((l = 0; l < leaves; ++l)); do
         # A connection keeps its flow hash, hence its spine, after a retransmission timeout
         # (kernels from 5.19; older ones keep it anyway unless the path fails).
         ip netns exec "$H" sysctl -qw net.core.txrehash=0 >/dev/null 2>&1 || true
+        # A connection idle between collective steps keeps its window (as datacenter hosts are
+        # set): otherwise every step of an MPI collective starts each connection in slow start.
+        ip netns exec "$H" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 >/dev/null 2>&1 || true
         ip link add "h$i" netns "$L" type veth peer name eth0 netns "$H" || setup_failed "veth host $l.$i"
         ip -n "$L" addr add "198.19.$l.$((4 * i + 1))/30" dev "h$i"
-        ip -n "$H" addr add "198.19.$l.$((4 * i + 2))/30" dev eth0
         ip -n "$L" link set "h$i" up
         ip -n "$H" link set eth0 up
-        for ((p = 0; p <= spines; ++p)); do
-            ip -n "$H" addr add "$(addr "$l" "$i" "$p")/32" dev eth0
-            ip -n "$L" route add "$(addr "$l" "$i" "$p")/32" via "198.19.$l.$((4 * i + 2))" dev "h$i" ||
-                setup_failed "host route on leaf $l"
-        done
-        ip -n "$H" route add 198.18.0.0/16 via "198.19.$l.$((4 * i + 1))" dev eth0 src "$(addr "$l" "$i" 0)" ||
-            setup_failed "route on host $l.$i"
+        if [[ $plane_ifs -eq 0 ]]; then
+            ip -n "$H" addr add "198.19.$l.$((4 * i + 2))/30" dev eth0
+            for ((p = 0; p <= spines; ++p)); do
+                ip -n "$H" addr add "$(addr "$l" "$i" "$p")/32" dev eth0
+                ip -n "$L" route add "$(addr "$l" "$i" "$p")/32" via "198.19.$l.$((4 * i + 2))" dev "h$i" ||
+                    setup_failed "host route on leaf $l"
+            done
+            ip -n "$H" route add 198.18.0.0/16 via "198.19.$l.$((4 * i + 1))" dev eth0 src "$(addr "$l" "$i" 0)" ||
+                setup_failed "route on host $l.$i"
+        else
+            # eth0 holds the plane-0 address alone (a library that takes an interface's first
+            # address gets it); each further plane is a macvlan of eth0, so all share the NIC's
+            # shaped link. Only the owner of an address answers ARP for it.
+            ip netns exec "$H" sysctl -qw net.ipv4.conf.all.arp_ignore=1 >/dev/null || setup_failed "arp_ignore in $H"
+            ip -n "$H" addr add "$(addr "$l" "$i" 0)/32" dev eth0
+            for ((p = 1; p <= spines; ++p)); do
+                ip -n "$H" link add link eth0 name "pl$p" type macvlan mode bridge ||
+                    setup_failed "macvlan pl$p on host $l.$i (no macvlan support?)"
+                ip netns exec "$H" sysctl -qw "net.ipv4.conf.pl$p.rp_filter=0" >/dev/null
+                ip -n "$H" addr add "$(addr "$l" "$i" "$p")/32" dev "pl$p"
+                ip -n "$H" link set "pl$p" up
+            done
+            for ((p = 0; p <= spines; ++p)); do
+                ip -n "$L" route add "$(addr "$l" "$i" "$p")/32" dev "h$i" src "198.19.$l.$((4 * i + 1))" ||
+                    setup_failed "host route on leaf $l"
+            done
+            ip -n "$H" route add 198.18.0.0/16 via "198.19.$l.$((4 * i + 1))" dev eth0 onlink src "$(addr "$l" "$i" 0)" ||
+                setup_failed "route on host $l.$i"
+        fi
         shape "$H" eth0
         shape "$L" "h$i"
         echo "host $l $i $H" >> "$desc"

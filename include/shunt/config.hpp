@@ -405,7 +405,15 @@ using compress_bytes_kind = integer_kind<0, std::int64_t{1} << 50>;
       "else $HOME/.cache/shunt/model-HOST-MPI.json)")                                                      \
     X(topology, "SHUNT_TOPOLOGY", ::shunt::detail::text_kind, "",                                          \
       "a virtual topology that overrides the discovered levels (testing on one machine); "                 \
-      "its syntax is checked where it is used (see shunt/topology/spec.hpp)")
+      "its syntax is checked where it is used (see shunt/topology/spec.hpp)")                              \
+    X(flow, "SHUNT_FLOW", ::shunt::detail::text_kind, "",                                                  \
+      "split transfers between hosts over several network flows, set up before MPI starts: off, auto "     \
+      "(pinned where SHUNT_FABRIC's plane interfaces exist, else one connection per peer), "               \
+      "hashed[:K] (K connections per peer, paths hashed by the switches) or pinned[:K] (each on one "      \
+      "spine's address plane); K from the planner and SHUNT_FABRIC when not given (shunt/flow/lanes.hpp)") \
+    X(fabric, "SHUNT_FABRIC", ::shunt::detail::text_kind, "",                                              \
+      "the leaf-spine fabric SHUNT_FLOW plans for: spines=S;leaves={HOST,...|...}[;planes=PREFIX]; "       \
+      "its syntax is checked where it is used (see shunt/flow/lanes.hpp)")
 
 namespace shunt {
 namespace detail {
