@@ -14,6 +14,7 @@
 #include <shunt/log.hpp>
 #include <shunt/model/measure.hpp>
 
+#include "coll_kept.hpp"
 #include "device_stage.hpp"
 #include "runtime.hpp"
 
@@ -32,10 +33,6 @@
 namespace shunt::detail {
 namespace {
 
-/// Changes whenever a context is deleted, so that per-thread lookups cached by communicator
-/// handle (which the library may reuse for a new communicator) are dropped.
-std::atomic<std::uint64_t> context_epoch{0};
-
 int context_delete_fn(MPI_Comm, int, void* value, void*) {
     context_epoch.fetch_add(1, std::memory_order_acq_rel);
     delete static_cast<coll_executor::context*>(value);
@@ -51,38 +48,6 @@ int context_keyval() {
     }();
     return keyval;
 }
-
-/// The float sums the compression executor may take (MPI_Allreduce, MPI_Reduce_scatter(_block)).
-template <class Form>
-constexpr bool compressible =
-    Form::op == coll_op::allreduce || Form::op == coll_op::reduce_scatter_block || Form::op == coll_op::reduce_scatter;
-
-/// Collectives whose settled decision depends only on (communicator, receive count and type,
-/// reduction): the key of their kept calls.
-template <class Form>
-constexpr bool kept_by_recv =
-    Form::op == coll_op::allreduce || Form::op == coll_op::reduce || Form::op == coll_op::reduce_scatter_block ||
-    Form::op == coll_op::bcast || Form::op == coll_op::allgather || Form::op == coll_op::alltoall;
-
-/// The thread's last call of each collective that went to the library by the planner's settled
-/// decision: a repeat of it (same communicator, count, datatype and reduction, no communicator
-/// freed and no datatype committed, duplicated or freed since) goes straight to the library.
-/// Settled decisions never change, so the repeat would be planned the same way.
-struct kept_collective {
-    MPI_Comm comm{};
-    MPI_Datatype type{};
-    MPI_Op op{};
-    int count = -1;  ///< -1: nothing kept
-    std::uint64_t contexts = 0, types = 0;
-    collective_tuner* tuner = nullptr;  ///< the communicator's, alive while `contexts` holds
-    std::int64_t bytes = 0;
-    bool live = false;
-    /// Nonblocking calls: kept by the settled decision (final), or by the plan made when the
-    /// communicator was set up, which holds until a blocking call settles the size class.
-    bool settled = true;
-};
-thread_local kept_collective kept_collectives[coll_op_names.size()];
-thread_local kept_collective kept_nonblocking[coll_op_names.size()];
 
 const char* method_text(coll_method m) { return m == coll_method::library ? "the library" : "shunt's schedule"; }
 
@@ -164,17 +129,11 @@ mpi_coll_args describe_first(std::tuple<A...> args, std::index_sequence<I...>) {
 template <class Form>
 [[gnu::always_inline]] inline bool coll_executor::kept(const mpi_coll_args& a, bool nonblocking) noexcept {
     if constexpr (kept_by_recv<Form>) {
-        const kept_collective& k =
-            (nonblocking ? kept_nonblocking : kept_collectives)[static_cast<std::size_t>(Form::op)];
-        if (k.count != a.recvcount || k.comm != a.comm || k.type != a.recvtype || k.op != a.op ||
-            k.contexts != context_epoch.load(std::memory_order_acquire) || k.types != rt_.memo().generation() ||
-            !rt_.running_now() || rt_.devices().in_use_relaxed() ||
-            (compressible<Form> && !nonblocking && rt_.compression().wanted()) ||
-            (!k.settled && k.tuner->settled(Form::op, k.bytes, k.live)))
-            return false;
+        const kept_collective* k = kept_repeat<Form>(rt_, a, nonblocking);
+        if (k == nullptr) return false;
         // The use count only feeds SHUNT_REPORT and the decide log.
-        if (rt_.cfg().report != report_mode::off || rt_.cfg().log.enabled(log_level::debug, log_category::decide))
-            k.tuner->count_settled(Form::op, k.bytes, k.live);
+        if (rt_.counting() || rt_.cfg().log.enabled(log_level::debug, log_category::decide))
+            k->tuner->count_settled(Form::op, k->bytes, k->live);
         return true;
     }
     return false;

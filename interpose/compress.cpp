@@ -202,9 +202,7 @@ void restore_feedback_points(std::span<const std::byte> blob, std::span<compress
     }
 }
 
-bool compress_executor::wanted() const noexcept {
-    return rt_.cfg().compress.on || overridden_.load(std::memory_order_relaxed);
-}
+compress_executor::compress_executor(runtime& rt) noexcept : rt_(rt), environment_on_(rt.cfg().compress.on) {}
 
 void compress_executor::count_compressed(std::size_t m, std::uint64_t bytes, std::uint64_t sent) noexcept {
     if (m < by_method_.size()) by_method_[m].fetch_add(1, std::memory_order_relaxed);

@@ -40,7 +40,7 @@ class runtime;
 /// communicator (collectives on one communicator do not run concurrently).
 class compress_executor {
 public:
-    explicit compress_executor(runtime& rt) noexcept : rt_(rt) {}
+    explicit compress_executor(runtime& rt) noexcept;
     compress_executor(const compress_executor&) = delete;
     compress_executor& operator=(const compress_executor&) = delete;
 
@@ -49,7 +49,7 @@ public:
 
     /// True when compression may apply to calls on comm at all (a cheap check: off without
     /// consent from the environment or the header API).
-    bool wanted() const noexcept;
+    bool wanted() const noexcept { return environment_on_ || overridden_.load(std::memory_order_relaxed); }
 
     /// One call of `op` (allreduce, reduce_scatter_block or reduce_scatter), compressed or run by
     /// `exact(ctx)`; returns its MPI code.
@@ -98,6 +98,7 @@ private:
     void plan(context& c, MPI_Comm comm);
 
     runtime& rt_;
+    const bool environment_on_;  ///< SHUNT_COMPRESS consents
     std::atomic<bool> overridden_{false};  ///< the header API set a consent somewhere
     std::atomic<bool> nonfinite_warned_{false};
     // Counters for the report.

@@ -1,4 +1,4 @@
-// interpose/p2p_kept.hpp: the thread's kept point-to-point calls, and the check that a call repeats one, inlined into the shims and the executor.
+// interpose/p2p_kept.hpp: the thread's kept point-to-point calls, and the check that a call repeats one, inlined into the shims (fast_path.hpp) and the executor.
 #pragma once
 
 #include "runtime.hpp"
@@ -58,38 +58,5 @@ inline kept_p2p& kept_slot(direction d, MPI_Datatype t) noexcept {
     return !live() && !rt.counting() && kept_for(rt, direction::send, sendbuf, sendcount, sendtype, dest) != nullptr &&
            kept_for(rt, direction::recv, recvbuf, recvcount, recvtype, source) != nullptr;
 }
-
-/// The shims' fast path (shims.cpp), by shim: `fast_path<S>{rt}(args...)` is true where the call
-/// goes to the library as it is, with nothing to count, which the shim then calls itself (no call
-/// into the runtime, no stack frame of its own); false for every call without one. Only the most
-/// frequent calls have one; a blocking call only while none of shunt's nonblocking collectives is
-/// in flight (the runtime then makes it nonblocking and progresses them while it waits).
-template <shim S>
-struct fast_path {
-    runtime& rt;
-
-    template <class... A>
-    [[gnu::always_inline]] bool operator()([[maybe_unused]] A... a) const noexcept {
-        if constexpr (S == shim::send || S == shim::recv)
-            return blocking(a...);
-        else if constexpr (S == shim::isend || S == shim::irecv)
-            return nonblocking(a...);
-        else
-            return false;
-    }
-
-private:
-    static constexpr direction d = S == shim::send || S == shim::isend ? direction::send : direction::recv;
-
-    template <class... Status>
-    [[gnu::always_inline]] bool blocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
-                                         Status...) const noexcept {
-        return !rt.nbc().in_flight() && rt.p2p().quick(rt, d, buf, count, type, peer);
-    }
-    [[gnu::always_inline]] bool nonblocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
-                                            MPI_Request* request) const noexcept {
-        return request != nullptr && rt.p2p().quick(rt, d, buf, count, type, peer);
-    }
-};
 
 }  // namespace shunt::detail

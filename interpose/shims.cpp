@@ -4,8 +4,8 @@
 // specification and GCC 12 rejects a redeclaration that differs. They are noexcept in effect:
 // each body calls only the library and runtime members, which are all noexcept.
 #include "export.hpp"
+#include "fast_path.hpp"
 #include "mpi_calls.hpp"
-#include "p2p_kept.hpp"
 #include "runtime.hpp"
 
 #include <mpi.h>

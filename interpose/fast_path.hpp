@@ -1,0 +1,84 @@
+// interpose/fast_path.hpp: the shims' fast path: a repeat of a kept call, with nothing to count, goes to the library from the shim itself.
+#pragma once
+
+#include <shunt/collectives/allgather.hpp>
+#include <shunt/collectives/allreduce.hpp>
+#include <shunt/collectives/alltoall.hpp>
+#include <shunt/collectives/bcast.hpp>
+#include <shunt/collectives/reduce.hpp>
+#include <shunt/collectives/reduce_scatter_block.hpp>
+
+#include "coll_kept.hpp"
+#include "p2p_kept.hpp"
+#include "runtime.hpp"
+
+#include <mpi.h>
+
+#include <type_traits>
+
+namespace shunt::detail {
+
+/// The blocking collective form of shim S whose kept calls the shim checks, else void.
+template <shim S>
+struct kept_form {
+    using type = void;
+};
+#define SHUNT_KEPT_FORM_(name)     \
+    template <>                    \
+    struct kept_form<shim::name> { \
+        using type = mpi_##name;   \
+    };
+SHUNT_KEPT_FORM_(allreduce)
+SHUNT_KEPT_FORM_(reduce)
+SHUNT_KEPT_FORM_(reduce_scatter_block)
+SHUNT_KEPT_FORM_(bcast)
+SHUNT_KEPT_FORM_(allgather)
+SHUNT_KEPT_FORM_(alltoall)
+#undef SHUNT_KEPT_FORM_
+
+/// `fast_path<S>{rt}(args...)`: true where the call repeats a kept one and goes to the library as
+/// it is, with nothing to count (no SHUNT_REPORT, no decision log), which the shim then calls
+/// itself: no call into the runtime, no stack frame of its own. False for every call without one.
+/// The most frequent calls have one: MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, and the blocking
+/// collectives kept by count, type and reduction. A blocking call only while none of shunt's
+/// nonblocking collectives is in flight (the runtime then makes it nonblocking and progresses
+/// them while it waits); a collective first progresses them, as the runtime's path does.
+template <shim S>
+struct fast_path {
+    runtime& rt;
+
+    template <class... A>
+    [[gnu::always_inline]] bool operator()([[maybe_unused]] A... a) const noexcept {
+        if constexpr (S == shim::send || S == shim::recv)
+            return blocking(a...);
+        else if constexpr (S == shim::isend || S == shim::irecv)
+            return nonblocking(a...);
+        else if constexpr (!std::is_void_v<typename kept_form<S>::type>)
+            return collective<typename kept_form<S>::type>(a...);
+        else
+            return false;
+    }
+
+private:
+    static constexpr direction d = S == shim::send || S == shim::isend ? direction::send : direction::recv;
+
+    template <class... Status>
+    [[gnu::always_inline]] bool blocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
+                                         Status...) const noexcept {
+        return !rt.nbc().in_flight() && rt.p2p().quick(rt, d, buf, count, type, peer);
+    }
+    [[gnu::always_inline]] bool nonblocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
+                                            MPI_Request* request) const noexcept {
+        return request != nullptr && rt.p2p().quick(rt, d, buf, count, type, peer);
+    }
+    template <class Form, class... A>
+    [[gnu::always_inline]] bool collective(A... a) const noexcept {
+        if (rt.counting() || rt.cfg().log.enabled(log_level::debug, log_category::decide) ||
+            kept_repeat<Form>(rt, Form::describe(a...), false) == nullptr)
+            return false;
+        rt.nbc().progress();
+        return true;
+    }
+};
+
+}  // namespace shunt::detail
