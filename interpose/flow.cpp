@@ -224,6 +224,41 @@ std::string spines_text(const std::vector<int>& v) {
     return t;
 }
 
+/// This process's rank as its launcher gives it (mpirun, Hydra, PMIx, Slurm, torchrun), -1
+/// when none does.
+int launcher_rank() {
+    for (std::string_view n : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID", "RANK"}) {
+        const char* v = env(n);
+        if (v == nullptr) continue;
+        int x = -1;
+        const std::string_view t(v);
+        auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), x);
+        if (ec == std::errc{} && p == t.data() + t.size() && x >= 0) return x;
+    }
+    return -1;
+}
+
+/// NCCL's set-up said: what was set at debug; why nothing was as a warning where the MPI_Init
+/// shim has not said it already (a job-wide reason by the launcher's rank 0 alone).
+void log_nccl_lanes(const lane_setup& s) {
+    if (!s.problem.empty()) {
+        if (!mpi_setup().done && (!s.job_problem || launcher_rank() <= 0))
+            log_warn(log_category::config, "flow splitting is off for NCCL: %s", s.problem.c_str());
+        else
+            log_debug(log_category::decide, "flow: NCCL: nothing set: %s", s.problem.c_str());
+        return;
+    }
+    if (!log_enabled(log_level::debug, log_category::decide)) return;
+    std::string set;
+    for (const auto& e : s.applied) set += " " + e.name + "=" + e.value;
+    for (const auto& n : s.kept) {
+        const char* v = env(n);
+        set += " (kept " + n + "=" + (v != nullptr ? v : "") + ")";
+    }
+    log_debug(log_category::decide, "flow: NCCL: lanes hashed by the switches, k %d planned:%s", s.plan.k,
+              set.empty() ? " nothing set" : set.c_str());
+}
+
 }  // namespace
 
 void prepare_flow_lanes(const settings& cfg) noexcept {
@@ -322,10 +357,22 @@ void prepare_nccl_lanes(const settings& cfg) noexcept {
     try {
         std::call_once(once, [&] {
             lane_setup s;
-            // NCCL's queue pairs cannot be pinned (NCCL picks their source ports), and auto and
-            // pinned never fall back to hashed lanes: only SHUNT_FLOW=hashed[:K] sets them.
-            if (flow::parse_flow_request(cfg.flow).mode != flow::lane_mode::hashed) return;
-            if (plan_job(cfg, s)) set_all(s, flow::nccl_lane_settings(s.plan.k));
+            try {
+                const flow::flow_request req = flow::parse_flow_request(cfg.flow);
+                if (req.mode == flow::lane_mode::off) return;
+                // NCCL's queue pairs cannot be pinned (NCCL picks their source ports), and auto and
+                // pinned never fall back to hashed lanes: only SHUNT_FLOW=hashed[:K] sets them.
+                if (req.mode != flow::lane_mode::hashed) {
+                    log_debug(log_category::decide, "flow: NCCL: SHUNT_FLOW=%s sets nothing for NCCL (only hashed[:K])",
+                              cfg.flow.c_str());
+                    return;
+                }
+                if (plan_job(cfg, s)) set_all(s, flow::nccl_lane_settings(s.plan.k));
+            } catch (const std::exception& e) {
+                s.job_problem = true;  // SHUNT_FLOW / SHUNT_FABRIC errors are the same everywhere
+                s.problem = e.what();
+            }
+            log_nccl_lanes(s);
         });
     } catch (...) {  // NCCL runs as the user set it
     }

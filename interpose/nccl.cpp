@@ -8,6 +8,7 @@
 #include <shunt/topology/node_of.hpp>
 
 #include "compress_nccl.hpp"
+#include "flow.hpp"
 #include "runtime.hpp"
 
 #include <climits>
@@ -607,6 +608,7 @@ ncclResult_t nccl_executor::group_end() noexcept {
 
 ncclResult_t nccl_executor::comm_init_rank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) noexcept {
     tally(nccl_shim::comm_init_rank);
+    prepare_nccl_lanes(rt_.cfg());  // NCCL reads its lane knobs at its first communicator
     const ncclResult_t r = real_.comm_init_rank(comm, nranks, commId, rank);
     if ((r == ncclSuccess || r == ncclInProgress) && comm != nullptr) {
         keep(*comm, r == ncclSuccess && nccl_default_blocking(), false);
@@ -618,6 +620,7 @@ ncclResult_t nccl_executor::comm_init_rank(ncclComm_t* comm, int nranks, ncclUni
 ncclResult_t nccl_executor::comm_init_rank_config(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                                   ncclConfig_t* config) noexcept {
     tally(nccl_shim::comm_init_rank_config);
+    prepare_nccl_lanes(rt_.cfg());
     const ncclResult_t r = real_.comm_init_rank_config(comm, nranks, commId, rank, config);
     if ((r == ncclSuccess || r == ncclInProgress) && comm != nullptr) {
         keep(*comm, r == ncclSuccess && made_blocking(config, nccl_default_blocking()), false);
@@ -628,6 +631,7 @@ ncclResult_t nccl_executor::comm_init_rank_config(ncclComm_t* comm, int nranks, 
 
 ncclResult_t nccl_executor::comm_init_all(ncclComm_t* comm, int ndev, const int* devlist) noexcept {
     tally(nccl_shim::comm_init_all);
+    prepare_nccl_lanes(rt_.cfg());
     const ncclResult_t r = real_.comm_init_all(comm, ndev, devlist);
     if (r == ncclSuccess && comm != nullptr)
         for (int i = 0; i < ndev; ++i) keep(comm[i], nccl_default_blocking(), true);
@@ -637,6 +641,7 @@ ncclResult_t nccl_executor::comm_init_all(ncclComm_t* comm, int ndev, const int*
 ncclResult_t nccl_executor::comm_split(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) noexcept {
     tally(nccl_shim::comm_split);
+    prepare_nccl_lanes(rt_.cfg());
     const ncclResult_t r = real_.comm_split(comm, color, key, newcomm, config);
     if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && *newcomm != nullptr) {
         std::shared_ptr<comm_state> parent;

@@ -1,6 +1,7 @@
 // tests/nccl/double_api.cpp: the NCCL 2.28 API exported by the CPU double: arguments checked as NCCL checks them,
 // group semantics (per-thread nesting, calls queued until the outermost ncclGroupEnd), blocking and non-blocking
 // communicators, init, split, finalize, destroy and abort. Every function has its pnccl* twin.
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include <new>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "double_internal.hpp"
 
@@ -427,6 +429,25 @@ ncclResult_t parse_config(const ncclConfig_t* config, bool* blocking) {
     return ncclSuccess;
 }
 
+// NCCL_DOUBLE_ENV_LOG=FILE: each communicator ncclCommInitRank, ncclCommInitRankConfig or ncclCommInitAll creates
+// appends one line to FILE: the NCCL_IB_* variables of the environment at that moment, NAME=VALUE sorted and
+// separated by spaces (an empty line when none), for tests of what a preload set before NCCL read its knobs.
+void record_environment() {
+    const char* path = getenv("NCCL_DOUBLE_ENV_LOG");
+    if (path == nullptr || *path == '\0') return;
+    std::vector<std::string> seen;
+    for (char** e = environ; *e != nullptr; ++e)
+        if (strncmp(*e, "NCCL_IB_", 8) == 0) seen.emplace_back(*e);
+    std::sort(seen.begin(), seen.end());
+    std::string line;
+    for (const auto& s : seen) line += (line.empty() ? "" : " ") + s;
+    line += '\n';
+    const int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+        warn_always("NCCL_DOUBLE_ENV_LOG=%s: cannot append to it", path);
+    if (fd >= 0) close(fd);
+}
+
 void install_fds(comm* c, std::vector<int>& fds) {
     c->ch = std::vector<channel>(fds.size());
     for (size_t i = 0; i < fds.size(); ++i) c->ch[i].fd = fds[i];
@@ -475,6 +496,7 @@ ncclResult_t init_rank(ncclComm_t* newcomm, int nranks, const ncclUniqueId& id, 
         delete c;
         return r;
     }
+    record_environment();
     *newcomm = as_handle(c);
     group.jobs.push_back(
         job{c, nullptr, [c, id] { return run_init(c, id); }, [c](ncclResult_t e) { c->state.store(e); }});
