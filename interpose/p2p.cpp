@@ -566,16 +566,27 @@ bool p2p_executor::passed(const call& c, bool keep_type, pass_reason early, plan
     return true;
 }
 
+namespace {
+
+/// Puts `r` in the request table under `handle` (its lock held). An entry already under that
+/// handle is done: the library reuses a handle only once its request is freed, and Open MPI 4.1
+/// hands one shared handle (ompi_request_empty) to every send that completed at once, so another
+/// thread's send may be recorded under it while this thread's completion call holds its own
+/// claimed; the entry replaced releases its block.
+template <class Table>
+void record(Table& table, MPI_Request handle, p2p_executor::request&& r) {
+    auto [it, fresh] = table.try_emplace(handle);
+    if (!fresh) gpu::pool_release(it->second.block);
+    it->second = std::move(r);
+}
+
+}  // namespace
+
 void p2p_executor::keep(shim s, MPI_Request handle, request&& r) noexcept {
     try {
         const std::lock_guard lock(mutex_);
         if (r.serial == 0) r.serial = next_serial_++;
-        // An entry already under that handle is done: the library reuses a handle only once its
-        // request is freed, and Open MPI 4.1 hands one shared handle (ompi_request_empty) to
-        // every send that completed at once; replacing the entry must release its block.
-        auto [it, fresh] = requests_.try_emplace(handle);
-        if (!fresh) gpu::pool_release(it->second.block);
-        it->second = std::move(r);
+        record(requests_, handle, std::move(r));
         update_live();
     } catch (...) {
         rt_.internal_failure(s, "cannot record the request");  // the block is never reused: no harm but a leak
@@ -1010,7 +1021,7 @@ std::vector<p2p_executor::claimed> p2p_executor::claim(int n, const MPI_Request*
 void p2p_executor::unclaim(claimed& c) {
     if (c.r.persistent) return;
     const std::lock_guard lock(mutex_);
-    requests_.insert_or_assign(c.handle, std::move(c.r));
+    record(requests_, c.handle, std::move(c.r));
     update_live();
 }
 
