@@ -429,7 +429,7 @@ bool fused_executor::repeat(int which, MPI_Comm comm) noexcept {
     if (k.comm != comm || k.epoch != w_epoch.load(std::memory_order_acquire)) return false;
     // Host buffers only: a device buffer the library cannot take is staged whatever was decided.
     if (rt_.devices().in_use_relaxed()) return false;
-    if (rt_.cfg().report != report_mode::off && k.ds->record[which] != nullptr)
+    if (rt_.counting() && k.ds->record[which] != nullptr)
         k.ds->record[which]->taken.fetch_add(1, std::memory_order_relaxed);
     return true;
 }

@@ -98,8 +98,7 @@ inline pass_reason pack_executor::prepare(direction d, MPI_Datatype type, int co
             bytes = r.bytes;
             if (bytes > room) return pass_reason::would_truncate;
             // The use count only feeds SHUNT_REPORT: without a report, no shared line is written.
-            if (r.taken != nullptr && rt_.cfg().report != report_mode::off)
-                r.taken->fetch_add(1, std::memory_order_relaxed);
+            if (r.taken != nullptr && rt_.counting()) r.taken->fetch_add(1, std::memory_order_relaxed);
             // Field by field: plan comes default-initialised (not measuring), and rewriting its
             // measure_call would cost instructions on every repeated call.
             plan.bytes = bytes;
@@ -205,8 +204,7 @@ int pack_executor::transfer(direction d, MPI_Datatype type, int count, std::int6
         const type_info* known = nullptr;
         try {
             known = rt_.memo().find(type);
-        } catch (...) {
-        }
+        } catch (...) {}
         if (known == nullptr) return pass(pass_reason::unknown_type);
         // Zero elements: the library checks the communicator and the datatype exactly as for the
         // real call (the count-dependent checks are done by the caller and below) and moves nothing.

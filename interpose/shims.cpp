@@ -24,7 +24,7 @@ runtime* active(const reentry_guard& guard) noexcept { return guard.outermost() 
 
 extern "C" {
 
-// A call with a fast path (p2p_kept.hpp) that repeats a kept one goes to the library from here.
+// A call with a fast path (fast_path.hpp) that repeats a kept one goes to the library from here.
 #define SHUNT_SHIM_(name, Name, params, args)                                          \
     SHUNT_EXPORT int MPI_##Name params {                                               \
         const reentry_guard guard;                                                     \
