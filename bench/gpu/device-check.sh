@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # bench/gpu/device-check.sh: the whole GPU check in one command, on a bare GPU machine with nvcc and PyTorch (with NCCL):
-# installs what bench/gpu/prepare-device.sh put in .device/, builds shunt with CUDA and NCCL (MPICH from PyPI), runs the
-# gpu suite (kernels against the host packer, device buffers through MPI, the CUDA compressors, real NCCL at one rank
-# under the preload with every intercepted call checked, the GPU benchmarks in quick mode), compute-sanitizer memcheck
-# on a short case, NCCL with shunt's tuner plugin where it is built, and shunt-measure --nccl where 4 GPUs or more make
-# two nodes (else its exit 77). Writes at most 6 files to OUT (default ./device-out): build.log, gpu-suite.log,
-# sanitizer.log, nccl.log, summary.txt, model-nccl.json (where measured). Meant to end within 8 minutes.
+# installs what bench/gpu/prepare-device.sh put in .device/, builds what the checks need of shunt (CUDA, NCCL, MPICH from
+# PyPI), then: bench-gpu-pack (every kernel shape against the kernels before the fast path and the sector bound, and the
+# 32 B rows again with the L2 fetch granularity at 32), the MPI_Pack comparison with TEMPI where .device/tempi is there,
+# the gpu suite (kernels against the host packer, device buffers through MPI, the CUDA compressors, real NCCL under the
+# preload, quick benchmarks) beside compute-sanitizer's memcheck, racecheck and synccheck on the suite's programs,
+# shunt-measure's device tables with --validate and --decisions, real NCCL at one rank under the preload and with the
+# tuner plugin. Writes OUT/summary.txt and OUT/logs.tgz (every log). Meant to end within 8 minutes.
 #   usage: bench/gpu/device-check.sh [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,6 +14,8 @@ out=${1:-${OUT:-./device-out}}
 mkdir -p "$out"
 start=$SECONDS
 summary="$out/summary.txt"
+logs="$out/logs"
+mkdir -p "$logs"
 : >"$summary"
 note() { printf '[%4ds] %s\n' "$((SECONDS - start))" "$*" | tee -a "$summary"; }
 
@@ -52,29 +55,96 @@ ln -sf "$so" "$root/nccl/lib/libnccl.so"
 export LD_LIBRARY_PATH="$(dirname "$so"):$LD_LIBRARY_PATH"
 note "NCCL from $nccl ($so); nvcc $(nvcc --version | tail -1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
-# 2. Build: MPICH, CUDA and NCCL.
+# 2. Build: MPICH, CUDA and NCCL; only the targets the checks run (the gpu suite's programs and what they load), native
+# code for this GPU alone.
 build=build-device
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 if meson setup "$build" -Dmpi=mpich -Dcuda=enabled -Dnccl=enabled -Dnccl_home="$root/nccl" \
-     -Dbuildtype=release >"$out/build.log" 2>&1 && meson compile -C "$build" >>"$out/build.log" 2>&1; then
-  note "built in $((SECONDS - start)) s"
+     -Dbuildtype=release >"$logs/build.log" 2>&1; then
+  targets=$(meson introspect "$build" --tests | python3 -c '
+import json, os, sys
+b = os.path.realpath(sys.argv[1]); out = set()
+for t in json.load(sys.stdin):
+    if "gpu" not in t["suite"] and not any(s.endswith(":gpu") for s in t["suite"]): continue
+    for a in t["cmd"] + [e.split("=", 1)[-1] for e in t["cmd"]]:
+        p = os.path.realpath(a if os.path.isabs(a) else os.path.join(b, a))
+        if p.startswith(b + "/"): out.add(os.path.relpath(p, b))
+print(" ".join(sorted(out)))' "$build")
+  targets="$targets src/shunt-measure src/shunt-info interpose/libshunt.so interpose/libshunt-nccl-tuner.so \
+    bench/gpu/bench-gpu-pack bench/gpu/bench-gpu-mpi-pack tests/nccl/nccl-ops-device"
+  known=$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)
+  want=$(for t in $targets; do grep -qxF "$t" <<<"$known" && echo "$t"; done | sort -u | tr '\n' ' ')
+  echo "targets: $want" >>"$logs/build.log"
+fi
+if [ -n "${want:-}" ] && ninja -C "$build" $want >>"$logs/build.log" 2>&1; then
+  note "built in $((SECONDS - start)) s (GPU compute capability ${cc:-unknown})"
 else
-  note "FAILED: the build (build.log)"; tail -30 "$out/build.log"; exit 1
+  note "FAILED: the build (build.log)"; tail -30 "$logs/build.log"; tar -C "$out" -czf "$out/logs.tgz" logs; exit 1
+fi
+# DEVICE_CHECK_BUILD_ONLY=1: stop here (how the install and build steps are tried on a machine without a GPU).
+if [ -n "${DEVICE_CHECK_BUILD_ONLY:-}" ]; then note "build only: done"; exit 0; fi
+# TEMPI, built beside the rest where its snapshot came along.
+tempi_pid=
+if [ -d .device/tempi ] && [ -x bench/gpu/tempi.sh ]; then
+  bench/gpu/tempi.sh --build-only .device/tempi "$logs" >"$logs/tempi-build.log" 2>&1 &
+  tempi_pid=$!
 fi
 
-# 3. The gpu suite: kernels, device buffers through MPI, compressors, real NCCL under the preload, quick benchmarks.
-meson test -C "$build" --suite gpu --num-processes 1 --print-errorlogs >/dev/null 2>&1
-cp "$build/meson-logs/testlog.txt" "$out/gpu-suite.log"
-note "gpu suite: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$build/meson-logs/testlog.txt" | tr -s ' ' | tr '\n' ' ')"
+# 3. bench-gpu-pack alone on the GPU: every row, every kernel shape, the kernels before the fast path; then the 32 B
+# rows with the L2 fetch granularity at 32 bytes (a device-wide limit, set inside that run only).
+timeout 200 "$build/bench/gpu/bench-gpu-pack" --shapes --time 0.5 --csv "$logs/pack.csv" >"$logs/pack.txt" 2>&1
+note "bench-gpu-pack: exit $? ($(grep -c '^pack\|^unpack' "$logs/pack.txt") rows)"
+timeout 60 "$build/bench/gpu/bench-gpu-pack" --blocks 32 --l2-fetch 32 --time 0.5 >"$logs/pack-l2fetch32.txt" 2>&1
+note "bench-gpu-pack --blocks 32 --l2-fetch 32: exit $? ($(grep -m1 -o 'set to 32.*ms' "$logs/pack-l2fetch32.txt"))"
 
-# 4. compute-sanitizer memcheck on a short case (pointer classification and the pack kernels' smallest cases).
+# 4. MPI_Pack of device buffers, shunt against TEMPI, interleaved processes.
+if [ -n "$tempi_pid" ]; then
+  wait "$tempi_pid"
+  timeout 150 bench/gpu/tempi.sh .device/tempi "$logs" >"$logs/tempi.log" 2>&1
+  note "TEMPI comparison: exit $? ($(grep -m1 -i 'geometric' "$logs/tempi.txt" 2>/dev/null || echo 'no table'))"
+else
+  note "TEMPI comparison: not run (no .device/tempi or bench/gpu/tempi.sh)"
+fi
+
+# 5. The gpu suite, and compute-sanitizer's three tools on the suite's programs beside it (short cases).
+meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
+suite_pid=$!
+san() {  # tool name command...: one sanitized run, its verdict in sanitizer.log
+  local tool=$1 name=$2; shift 2
+  timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$logs/san-$tool-$name.log" 2>&1
+  echo "$tool $name: exit $? $(grep -m1 'ERROR SUMMARY' "$logs/san-$tool-$name.log")" >>"$logs/sanitizer.log"
+}
 if command -v compute-sanitizer >/dev/null; then
-  timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/gpu/gpu_classify" >"$out/sanitizer.log" 2>&1
-  note "compute-sanitizer memcheck gpu_classify: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitizer.log") clean summaries)"
+  : >"$logs/sanitizer.log"
+  pre="$PWD/$build/interpose/libshunt.so"
+  for tool in memcheck racecheck synccheck; do
+    (san $tool gpu_classify "$build/tests/gpu/gpu_classify"
+     san $tool gpu_pack "$build/tests/gpu/gpu_pack" 60
+     san $tool gpu_compress "$build/tests/gpu/gpu_compress" --no-timing
+     san $tool gpu_p2p mpiexec -n 2 env LD_PRELOAD="$pre" SHUNT_PACK=device "$build/tests/gpu/gpu_p2p"
+     san $tool gpu_alltoallw mpiexec -n 3 env LD_PRELOAD="$pre" SHUNT_PACK=device "$build/tests/gpu/gpu_alltoallw") &
+  done
+  wait $(jobs -p | grep -v "^$suite_pid\$")
+  note "compute-sanitizer: $(grep -c 'ERROR SUMMARY: 0 errors' "$logs/sanitizer.log") of $(wc -l <"$logs/sanitizer.log") runs clean"
+  grep -v 'ERROR SUMMARY: 0 errors' "$logs/sanitizer.log" | sed 's/^/  /' | tee -a "$summary"
 else
   note "compute-sanitizer not found"
 fi
+wait "$suite_pid"
+cp "$build/meson-logs/testlog.txt" "$logs/gpu-suite.log"
+note "gpu suite: $(grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):' "$logs/gpu-suite.log" | tr -s ' ' | tr '\n' ' ')"
+grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|SKIP)' "$build/meson-logs/testlog.txt" | sed 's/^/  /' | tee -a "$summary"
+grep -h -E '^gpu_pack on|^gpu_compress' "$logs/gpu-suite.log" | head -3 | sed 's/^/  /' | tee -a "$summary"
 
-# 5. Real NCCL at one rank under the preload (every intercepted call, results checked), then with the tuner plugin.
+# 6. The device tables of the cost model, then their prediction error on held-out sizes and the pack decisions.
+{
+  m=(--only copy. --only launch --only pack.device --only pack.mapped --output "$logs/model-device.json")
+  timeout 120 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --budget 90; echo "exit $?"
+  timeout 90 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --validate --decisions; echo "exit $?"
+} >"$logs/measure.log" 2>&1
+note "shunt-measure device tables: $(grep -c '^exit 0' "$logs/measure.log") of 2 runs exit 0"
+
+# 7. Real NCCL at one rank under the preload (every intercepted call, results checked), then with the tuner plugin.
 {
   echo "== nccl-ops-device under the preload, SHUNT_REPORT=rank"
   LD_PRELOAD="$PWD/$build/interpose/libshunt.so" SHUNT_REPORT=rank timeout 120 "$build/tests/nccl/nccl-ops-device"
@@ -94,9 +164,10 @@ fi
   ranks=$(( gpus >= 4 ? gpus / 2 * 2 : 1 ))
   echo "== shunt-measure --nccl at $ranks rank(s) of $gpus GPU(s), SHUNT_TOPOLOGY=node=$(( ranks >= 4 ? ranks / 2 : 1 ))"
   SHUNT_TOPOLOGY=node=$(( ranks >= 4 ? ranks / 2 : 1 )) timeout 120 mpiexec -n "$ranks" "$build/src/shunt-measure" \
-    --nccl --nccl-library "$so" --output "$out/model-nccl.json" --budget 60
+    --nccl --nccl-library "$so" --output "$logs/model-nccl.json" --budget 60
   echo "exit $?"
-} >"$out/nccl.log" 2>&1
-note "shunt-measure --nccl: $(grep -A3 '^== shunt-measure --nccl' "$out/nccl.log" | grep -m1 -E 'shunt-measure: |exit' || echo 'no line (nccl.log)')"
-note "real NCCL under the preload: $(grep -m1 'NCCL results checked' "$out/nccl.log" || echo 'no result line (nccl.log)'); tuner lines: $(grep -ci 'tuner' "$out/nccl.log")"
+} >"$logs/nccl.log" 2>&1
+note "shunt-measure --nccl: $(grep -A3 '^== shunt-measure --nccl' "$logs/nccl.log" | grep -m1 -E 'shunt-measure: |exit' || echo 'no line (nccl.log)')"
+note "real NCCL under the preload: $(grep -m1 'NCCL results checked' "$logs/nccl.log" || echo 'no result line (nccl.log)'); tuner lines: $(grep -ci 'tuner' "$logs/nccl.log")"
 note "done in $((SECONDS - start)) s"
+tar -C "$out" -czf "$out/logs.tgz" logs && rm -rf "$logs"

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
     bool quick = false;
     std::vector<std::int64_t> blocks = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
     std::int64_t per_block_max = 4096;
+    bool shapes = false;
+    int l2_fetch = 0;
     cli line("bench-gpu-pack",
              "Times shunt's CUDA pack and unpack kernels on device memory for 2-D and 3-D strided objects, as\n"
              "GB/s and as a fraction of the sector-aware bound, side by side with cudaMemcpy2DAsync and with one\n"
@@ -78,6 +81,11 @@ int main(int argc, char** argv) {
               [&] { quick = true; });
     line.option("--blocks", "LIST", "block lengths in bytes (default 1:512, doubling)",
                 [&](const std::string& v) { blocks = parse_size_list(v, "--blocks"); });
+    line.flag("--shapes", "also time each fast-path kernel shape (16, 32, 64 bytes in flight per thread)",
+              [&] { shapes = true; });
+    line.option("--l2-fetch", "BYTES",
+                "set cudaLimitMaxL2FetchGranularity (0-128) before timing, and report how long setting it took",
+                [&](const std::string& v) { l2_fetch = static_cast<int>(parse_int(v, "--l2-fetch", 0, 128)); });
     line.option("--per-block-max", "N",
                 "blocks (and 3d planes) timed in the per-block (and 2D) baseline\n"
                 "(default 4096; per-block GB/s is of the timed blocks' bytes)",
@@ -86,7 +94,10 @@ int main(int argc, char** argv) {
         "Rows are named OP/FAMILY/bB/SIZE (pack/2d/b8/16M): 2d = rows of B bytes 2B apart; 3d = planes of 16\n"
         "such rows, planes one plane apart. SIZE = payload (--sizes, default 16M,256M: where the L2 holds\n"
         "tens of MB, 16M rows run partly from L2, 256M rows from memory). Columns: shunt = the kernel\n"
-        "(stream-ordered, one synchronisation per call) in GB/s of payload; bound = payload / (strided\n"
+        "(stream-ordered, one synchronisation per call) in GB/s of payload; before = the kernels before the\n"
+        "fast path (one word per thread, the table's index math), x before = before time / shunt time;\n"
+        "write = cudaMemset3DAsync of the typed bytes alone (unpack rows: what writing them costs, with no\n"
+        "read at all), shunt/write its fraction; bound = payload / (strided\n"
         "bytes rounded to 32-byte sectors + contiguous bytes) at the device-to-device copy bandwidth measured\n"
         "in the same run, and shunt/bound its fraction; 2D = cudaMemcpy2DAsync (3d: one call per plane, over\n"
         "the first --per-block-max planes); per-block = one cudaMemcpyAsync per block over the first\n"
@@ -130,6 +141,13 @@ int main(int argc, char** argv) {
                  {"shunt GB/s", 10, "shunt_gbs"},
                  {"bound GB/s", 10, "bound_gbs"},
                  {"shunt/bound", 11, "shunt_over_bound"},
+                 {"before GB/s", 11, "before_gbs"},
+                 {"x before", 8, "speedup_vs_before"},
+                 {"write GB/s", 10, "write_gbs"},
+                 {"shunt/write", 11, "shunt_over_write"},
+                 {"fast16", 7, "fast16_gbs"},
+                 {"fast32", 7, "fast32_gbs"},
+                 {"fast64", 7, "fast64_gbs"},
                  {"2D GB/s", 8, "memcpy2d_gbs"},
                  {"per-block GB/s", 14, "per_block_gbs"},
                  {"x 2D", 7, "speedup_vs_2d"},
@@ -137,6 +155,17 @@ int main(int argc, char** argv) {
                  {"d2d GB/s", 8, "d2d_copy_gbs"}},
                 o);
         t.note(std::string("device: ") + prop.name + ", CUDA runtime " + std::to_string(CUDART_VERSION));
+        if (o.was_given("--l2-fetch")) {
+            const auto t0 = std::chrono::steady_clock::now();
+            need(cudaDeviceSetLimit(cudaLimitMaxL2FetchGranularity, static_cast<std::size_t>(l2_fetch)),
+                 "cudaDeviceSetLimit");
+            need(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            std::size_t now = 0;
+            need(cudaDeviceGetLimit(&now, cudaLimitMaxL2FetchGranularity), "cudaDeviceGetLimit");
+            t.note("cudaLimitMaxL2FetchGranularity set to " + std::to_string(l2_fetch) + " (now " +
+                   std::to_string(now) + ") in " + std::to_string(ms) + " ms");
+        }
         for (const auto& [name, sh] : rows) {
             const bool pack = name.rfind("pack", 0) == 0;
             const std::int64_t payload = sh.payload(), span = sh.span();
@@ -165,14 +194,31 @@ int main(int argc, char** argv) {
             const bool have_2d = copy_2d(0) == cudaSuccess;
             if (!have_2d) (void)cudaGetLastError();
             sync();
-            std::vector<std::function<void()>> v{
-                [&] {  // shunt
+            using shunt::gpu::detail::kernel_shape;
+            auto kernel = [&](kernel_shape k) {
+                return [&, k] {
                     if (pack)
-                        shunt::gpu::pack(df, typed, packed, stream);
+                        shunt::gpu::detail::pack_as(k, df, typed, packed, stream);
                     else
-                        shunt::gpu::unpack(df, packed, typed, stream);
+                        shunt::gpu::detail::unpack_as(k, df, packed, typed, stream);
                     sync();
-                },
+                };
+            };
+            // The typed bytes alone written (unpack rows): one cudaMemset3DAsync over planes of rows.
+            const cudaPitchedPtr pitched =
+                make_cudaPitchedPtr(typed, static_cast<std::size_t>(sh.pitch), static_cast<std::size_t>(sh.block),
+                                    static_cast<std::size_t>(sh.planes > 1 ? sh.plane / sh.pitch : sh.rows));
+            const cudaExtent extent =
+                make_cudaExtent(static_cast<std::size_t>(sh.block), static_cast<std::size_t>(sh.rows),
+                                static_cast<std::size_t>(sh.planes));
+            bool have_write = !pack && (sh.planes == 1 || sh.plane % sh.pitch == 0);
+            if (have_write) {
+                have_write = cudaMemset3DAsync(pitched, 1, extent, s) == cudaSuccess;
+                if (!have_write) (void)cudaGetLastError();
+                sync();
+            }
+            std::vector<std::function<void()>> v{
+                kernel(kernel_shape::automatic),
                 [&] {  // cudaMemcpy2DAsync, one call per plane, the first timed_planes planes
                     if (have_2d)
                         for (std::int64_t k = 0; k < timed_planes; ++k) need(copy_2d(k), "cudaMemcpy2DAsync");
@@ -192,7 +238,17 @@ int main(int argc, char** argv) {
                     need(cudaMemcpyAsync(copy, packed, static_cast<std::size_t>(payload), cudaMemcpyDeviceToDevice, s),
                          "cudaMemcpyAsync");
                     sync();
-                }};
+                },
+                kernel(kernel_shape::legacy)};
+            if (have_write)
+                v.push_back([&] {
+                    need(cudaMemset3DAsync(pitched, 1, extent, s), "cudaMemset3DAsync");
+                    sync();
+                });
+            const std::size_t first_shape = v.size();
+            if (shapes)
+                for (const auto k : {kernel_shape::fast16, kernel_shape::fast32, kernel_shape::fast64})
+                    v.push_back(kernel(k));
             const auto times = measure(v, o);
             // The copy moves 2 * payload bytes of memory traffic in its time.
             const double traffic_per_s = 2.0 * static_cast<double>(payload) / times[3].best_s;
@@ -200,8 +256,16 @@ int main(int argc, char** argv) {
             const double per_block_s =
                 times[2].best_s * static_cast<double>(nblocks) / static_cast<double>(timed_blocks);
             const double two_d_s = times[1].best_s * static_cast<double>(sh.planes) / static_cast<double>(timed_planes);
+            const double write_s = have_write ? times[5].best_s : 0;
+            auto shape_cell = [&](std::size_t i) {
+                return shapes ? gbs_cell(payload, times[first_shape + i].best_s) : text_cell("-");
+            };
             t.row({text_cell(name), bytes_cell(payload), gbs_cell(payload, times[0].best_s), gbs_cell(payload, bound_s),
-                   number_cell(bound_s / times[0].best_s, 2), have_2d ? gbs_cell(payload, two_d_s) : text_cell("n/a"),
+                   number_cell(bound_s / times[0].best_s, 2), gbs_cell(payload, times[4].best_s),
+                   number_cell(times[4].best_s / times[0].best_s, 2),
+                   have_write ? gbs_cell(payload, write_s) : text_cell("-"),
+                   have_write ? number_cell(write_s / times[0].best_s, 2) : text_cell("-"), shape_cell(0),
+                   shape_cell(1), shape_cell(2), have_2d ? gbs_cell(payload, two_d_s) : text_cell("n/a"),
                    gbs_cell(timed_blocks * sh.block, times[2].best_s),
                    have_2d ? number_cell(two_d_s / times[0].best_s, 1) : text_cell("n/a"),
                    number_cell(per_block_s / times[0].best_s, 0), gbs_cell(payload, times[3].best_s)});

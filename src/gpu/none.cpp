@@ -33,16 +33,26 @@ bool device_available() noexcept { return false; }
 
 device_form::device_form(const flat_form&) { no_device(); }
 device_form::~device_form() = default;
-device_form::device_form(device_form&& o) noexcept : desc_(o.desc_), table_(o.table_), contiguous_(o.contiguous_) {}
+device_form::device_form(device_form&& o) noexcept
+    : desc_(o.desc_), table_(o.table_), contiguous_(o.contiguous_), fast_(o.fast_) {}
 device_form& device_form::operator=(device_form&& o) noexcept {
     desc_ = o.desc_;
     table_ = o.table_;
     contiguous_ = o.contiguous_;
+    fast_ = o.fast_;
     return *this;
 }
 
 std::int64_t pack(const device_form&, const void*, void*, stream_t, std::int64_t, std::int64_t) { no_device(); }
 std::int64_t unpack(const device_form&, const void*, void*, stream_t, std::int64_t, std::int64_t) { no_device(); }
+std::int64_t detail::pack_as(detail::kernel_shape, const device_form&, const void*, void*, stream_t, std::int64_t,
+                             std::int64_t) {
+    no_device();
+}
+std::int64_t detail::unpack_as(detail::kernel_shape, const device_form&, const void*, void*, stream_t, std::int64_t,
+                               std::int64_t) {
+    no_device();
+}
 void pack_fused(std::span<const device_input>, stream_t) { no_device(); }
 void unpack_fused(std::span<const device_output>, stream_t) { no_device(); }
 void copy(void*, const void*, std::size_t, stream_t) { no_device(); }

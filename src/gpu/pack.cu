@@ -1,5 +1,6 @@
-// src/gpu/pack.cu: the CUDA pack, unpack and fused-pack kernels, one thread per packed word with the
-// index math of shunt/gpu/index.hpp, and their stream-ordered launchers.
+// src/gpu/pack.cu: the CUDA pack, unpack and fused-pack kernels with the index math of
+// shunt/gpu/index.hpp (the fast path for 2-D and 3-D objects, one word per thread otherwise), and
+// their stream-ordered launchers.
 #include "check.hpp"
 
 #include <shunt/gpu/index.hpp>
@@ -31,6 +32,46 @@ __global__ void __launch_bounds__(block_threads)
     const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
     for (std::int64_t j = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < words; j += step)
         move_word<Word, Pack, BlockList>(d, typed, packed, w, j);
+}
+
+/// The fast path for one-block descriptors of at most fast_max_dims dimensions whose stream fits
+/// 32 bits: the dimensions in parameters (registers), division by multiplication, and Unroll words
+/// per thread in flight (all loads issued before the stores) so that small words keep enough bytes
+/// in flight per SM. Word u of a thread is Unroll-th of the block's tile apart, so each load and
+/// each store of a warp still covers consecutive stream words.
+template <class Word, bool Pack, int Unroll>
+__global__ void __launch_bounds__(block_threads)
+    fast_kernel(const fast_dims f, const std::uintptr_t typed, std::byte* const packed, const window w) {
+    constexpr std::int64_t size = sizeof(Word);
+    const std::int64_t words = w.bytes / size;
+    const std::int64_t tile = static_cast<std::int64_t>(blockDim.x) * Unroll;
+    const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * tile;
+    Word* const out = reinterpret_cast<Word*>(packed);
+    for (std::int64_t j0 = static_cast<std::int64_t>(blockIdx.x) * tile + threadIdx.x; j0 < words; j0 += step) {
+        Word v[Unroll];
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u) {
+            const std::int64_t j = j0 + static_cast<std::int64_t>(u) * blockDim.x;
+            if (j < words) {
+                if constexpr (Pack)
+                    v[u] = *reinterpret_cast<const Word*>(
+                        typed + static_cast<std::uintptr_t>(fast_offset(f, w.first + j * size)));
+                else
+                    v[u] = out[j];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < Unroll; ++u) {
+            const std::int64_t j = j0 + static_cast<std::int64_t>(u) * blockDim.x;
+            if (j < words) {
+                if constexpr (Pack)
+                    out[j] = v[u];
+                else
+                    *reinterpret_cast<Word*>(typed + static_cast<std::uintptr_t>(fast_offset(f, w.first + j * size))) =
+                        v[u];
+            }
+        }
+    }
 }
 
 /// Fused pack: each launch block finds its item by binary search over the items' first blocks
@@ -87,9 +128,47 @@ void launch_words(const pack_desc& d, std::uintptr_t typed, std::byte* packed, w
     SHUNT_CUDA(cudaGetLastError());
 }
 
+template <class Word, bool Pack, int Unroll>
+void launch_fast(const fast_dims& f, std::uintptr_t typed, std::byte* packed, window w, cudaStream_t s) {
+    const std::int64_t words = w.bytes / static_cast<std::int64_t>(sizeof(Word));
+    const std::int64_t tile = std::int64_t{block_threads} * Unroll;
+    const auto grid = static_cast<unsigned>(std::min((words + tile - 1) / tile, max_blocks));
+    fast_kernel<Word, Pack, Unroll><<<grid, block_threads, 0, s>>>(f, typed, packed, w);
+    SHUNT_CUDA(cudaGetLastError());
+}
+
+/// Bytes in flight per thread on the fast path for words of `word` bytes (automatic shape).
+constexpr int fast_bytes_for(int word) { return word >= 8 ? 16 : 32; }
+
+template <class Word, bool Pack>
+void launch_fast_bytes(int bytes, const fast_dims& f, std::uintptr_t typed, std::byte* packed, window w,
+                       cudaStream_t s) {
+    constexpr int size = sizeof(Word);
+    switch (bytes) {
+        case 64: return launch_fast<Word, Pack, (64 / size)>(f, typed, packed, w, s);
+        case 32: return launch_fast<Word, Pack, (32 / size)>(f, typed, packed, w, s);
+        default: return launch_fast<Word, Pack, (16 / size)>(f, typed, packed, w, s);
+    }
+}
+
+/// Launches the kernel `shape` (automatic: the fast path where the descriptor has one, else the
+/// legacy kernels) for words of Word bytes.
+template <class Word, bool Pack>
+void launch(detail::kernel_shape shape, const device_form& f, std::uintptr_t typed, std::byte* packed, window w,
+            cudaStream_t s) {
+    using detail::kernel_shape;
+    const bool fast = f.fast().ndims >= 0 && shape != kernel_shape::legacy;
+    if (!fast) return launch_words<Word, Pack>(f.desc(), typed, packed, w, s);
+    const int bytes = shape == kernel_shape::fast64   ? 64
+                      : shape == kernel_shape::fast32 ? 32
+                      : shape == kernel_shape::fast16 ? 16
+                                                      : fast_bytes_for(static_cast<int>(sizeof(Word)));
+    launch_fast_bytes<Word, Pack>(bytes, f.fast(), typed, packed, w, s);
+}
+
 template <bool Pack>
-std::int64_t transfer(const device_form& f, std::uintptr_t typed, std::byte* packed, stream_t stream,
-                      std::int64_t first, std::int64_t max_bytes) {
+std::int64_t transfer(detail::kernel_shape shape, const device_form& f, std::uintptr_t typed, std::byte* packed,
+                      stream_t stream, std::int64_t first, std::int64_t max_bytes) {
     require_device();
     const pack_desc& d = f.desc();
     const window w = clamp_window(d, first, max_bytes);
@@ -102,11 +181,11 @@ std::int64_t transfer(const device_form& f, std::uintptr_t typed, std::byte* pac
         return w.bytes;
     }
     switch (word_size(d, typed, reinterpret_cast<std::uintptr_t>(packed), w)) {
-        case 16: launch_words<word16, Pack>(d, typed, packed, w, s); break;
-        case 8: launch_words<std::uint64_t, Pack>(d, typed, packed, w, s); break;
-        case 4: launch_words<std::uint32_t, Pack>(d, typed, packed, w, s); break;
-        case 2: launch_words<std::uint16_t, Pack>(d, typed, packed, w, s); break;
-        default: launch_words<std::uint8_t, Pack>(d, typed, packed, w, s); break;
+        case 16: launch<word16, Pack>(shape, f, typed, packed, w, s); break;
+        case 8: launch<std::uint64_t, Pack>(shape, f, typed, packed, w, s); break;
+        case 4: launch<std::uint32_t, Pack>(shape, f, typed, packed, w, s); break;
+        case 2: launch<std::uint16_t, Pack>(shape, f, typed, packed, w, s); break;
+        default: launch<std::uint8_t, Pack>(shape, f, typed, packed, w, s); break;
     }
     return w.bytes;
 }
@@ -129,7 +208,8 @@ bool device_available() noexcept {
     return available;
 }
 
-device_form::device_form(const flat_form& f) : desc_(f.desc()), contiguous_(f.contiguous()) {
+device_form::device_form(const flat_form& f)
+    : desc_(f.desc()), contiguous_(f.contiguous()), fast_(make_fast_dims(f.desc())) {
     require_device();
     const auto table = f.table();
     const std::size_t bytes = table.size_bytes();
@@ -146,7 +226,7 @@ device_form::~device_form() {
 }
 
 device_form::device_form(device_form&& o) noexcept
-    : desc_(o.desc_), table_(std::exchange(o.table_, nullptr)), contiguous_(o.contiguous_) {}
+    : desc_(o.desc_), table_(std::exchange(o.table_, nullptr)), contiguous_(o.contiguous_), fast_(o.fast_) {}
 
 device_form& device_form::operator=(device_form&& o) noexcept {
     if (this != &o) {
@@ -154,19 +234,30 @@ device_form& device_form::operator=(device_form&& o) noexcept {
         desc_ = o.desc_;
         table_ = std::exchange(o.table_, nullptr);
         contiguous_ = o.contiguous_;
+        fast_ = o.fast_;
     }
     return *this;
 }
 
 std::int64_t pack(const device_form& f, const void* typed, void* out, stream_t stream, std::int64_t first,
                   std::int64_t max_bytes) {
-    return transfer<true>(f, reinterpret_cast<std::uintptr_t>(typed), static_cast<std::byte*>(out), stream, first,
-                          max_bytes);
+    return detail::pack_as(detail::kernel_shape::automatic, f, typed, out, stream, first, max_bytes);
 }
 
 std::int64_t unpack(const device_form& f, const void* in, void* typed, stream_t stream, std::int64_t first,
                     std::int64_t max_bytes) {
-    return transfer<false>(f, reinterpret_cast<std::uintptr_t>(typed),
+    return detail::unpack_as(detail::kernel_shape::automatic, f, in, typed, stream, first, max_bytes);
+}
+
+std::int64_t detail::pack_as(kernel_shape shape, const device_form& f, const void* typed, void* out, stream_t stream,
+                             std::int64_t first, std::int64_t max_bytes) {
+    return transfer<true>(shape, f, reinterpret_cast<std::uintptr_t>(typed), static_cast<std::byte*>(out), stream,
+                          first, max_bytes);
+}
+
+std::int64_t detail::unpack_as(kernel_shape shape, const device_form& f, const void* in, void* typed, stream_t stream,
+                               std::int64_t first, std::int64_t max_bytes) {
+    return transfer<false>(shape, f, reinterpret_cast<std::uintptr_t>(typed),
                            const_cast<std::byte*>(static_cast<const std::byte*>(in)), stream, first, max_bytes);
 }
 

@@ -1,5 +1,5 @@
-// tests/gpu/gpu_pack.cpp: the CUDA pack, unpack, fused-pack and fused-unpack kernels on device memory against the
-// host packer, byte for byte, over the random datatype pool. Exits 77 (skipped) without a device.
+// tests/gpu/gpu_pack.cpp: the CUDA pack, unpack, fused-pack and fused-unpack kernels (each kernel shape) on device
+// memory against the host packer, byte for byte, over the random datatype pool. Exits 77 (skipped) without a device.
 //
 // usage: gpu_pack [N] [--seed S] [--only I]   (N random types, default 10000)
 #include "../mpi/probe.hpp"
@@ -28,6 +28,10 @@ using shunt_test::typed_buffer;
 constexpr std::int64_t max_span = 16 << 20;
 constexpr std::int64_t guard = 64;
 constexpr unsigned char sentinel = 0xc3;
+/// The kernel shapes checked besides the automatic choice.
+constexpr shunt::gpu::detail::kernel_shape shapes[] = {
+    shunt::gpu::detail::kernel_shape::legacy, shunt::gpu::detail::kernel_shape::fast16,
+    shunt::gpu::detail::kernel_shape::fast32, shunt::gpu::detail::kernel_shape::fast64};
 
 void need(cudaError_t rc, const char* call) {
     if (rc != cudaSuccess) {
@@ -138,6 +142,14 @@ private:
         const std::int64_t wrote = shunt::gpu::pack(df, origin, out, s_, 0, total + r_.range(0, 9));
         sync();
         if (wrote != total || read(out, total + 16) != ref) fail("device pack differs from pack_host" + at);
+        // Every kernel shape, whole stream (automatic above is one of them).
+        for (const auto k : shapes) {
+            set(out, sentinel, static_cast<std::size_t>(total) + 16);
+            const std::int64_t n = shunt::gpu::detail::pack_as(k, df, origin, out, s_);
+            sync();
+            if (n != total || read(out, total + 16) != ref)
+                fail("device pack with kernel shape " + std::to_string(static_cast<int>(k)) + " differs" + at);
+        }
 
         // Windows.
         for (int w = 0; w < 3; ++w) {
@@ -209,6 +221,18 @@ private:
             need(cudaMemcpy(got.data(), dev_mem, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
             if (n != n_want || got != host.snapshot())
                 fail("device unpack [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" + at);
+        }
+        // Every kernel shape, whole stream, into a fresh fill of the device copy.
+        for (const auto k : shapes) {
+            host.fill(r_.next());
+            put(dev_mem, host.data(), bytes);
+            shunt::unpack_host(info_.form, extent, count, ref.data(), host.origin());
+            const std::int64_t n = shunt::gpu::detail::unpack_as(k, df, out, const_cast<void*>(origin), s_);
+            sync();
+            std::vector<std::byte> got(static_cast<std::size_t>(bytes));
+            need(cudaMemcpy(got.data(), dev_mem, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+            if (n != total || got != host.snapshot())
+                fail("device unpack with kernel shape " + std::to_string(static_cast<int>(k)) + " differs" + at);
         }
         // Fused unpack (the launch several items share is the fused pack's, tested above; the
         // emulation in tests/mpi/test_gpu_index.cpp checks several items against the host).

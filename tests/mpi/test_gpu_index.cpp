@@ -36,7 +36,7 @@ constexpr unsigned char sentinel = 0x5a;
 struct stats {
     std::int64_t types = 0, unsupported = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0,
                  fused_unpacks = 0;
-    std::int64_t multi_block = 0, multi_dim = 0, words[17] = {};
+    std::int64_t multi_block = 0, multi_dim = 0, fast = 0, words[17] = {};
     std::int64_t failed_types = 0;
 };
 
@@ -98,6 +98,18 @@ private:
                      std::to_string(pos[static_cast<std::size_t>(p)]) + at);
                 return;
             }
+        // The fast path (one-block descriptors of up to three dimensions), where it applies.
+        const shunt::gpu::fast_dims fd = shunt::gpu::make_fast_dims(d);
+        if (fd.ndims >= 0) {
+            ++st_.fast;
+            for (std::int64_t p = 0; p < total; ++p)
+                if (shunt::gpu::fast_offset(fd, p) != pos[static_cast<std::size_t>(p)]) {
+                    fail("fast_offset of packed byte " + std::to_string(p) + " is " +
+                         std::to_string(shunt::gpu::fast_offset(fd, p)) + ", the layout says " +
+                         std::to_string(pos[static_cast<std::size_t>(p)]) + at);
+                    return;
+                }
+        }
 
         // Whole pack with each word size the alignment allows (the widest first).
         buf.fill(r_.next());
@@ -247,6 +259,48 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
+    // The fast path's division by multiplication, at its edges: divisors up to 2^32 (small, near
+    // powers of two, random) and numerators up to 2^32 - 1 around their multiples.
+    std::int64_t division_failures = 0;
+    {
+        rng r(seed ^ 0xd1ULL);
+        std::vector<std::uint64_t> divisors{2,
+                                            3,
+                                            5,
+                                            6,
+                                            7,
+                                            24,
+                                            48,
+                                            96,
+                                            100,
+                                            1000,
+                                            4095,
+                                            4097,
+                                            65535,
+                                            65537,
+                                            (1ULL << 31) - 1,
+                                            1ULL << 31,
+                                            (1ULL << 31) + 1,
+                                            (1ULL << 32) - 1,
+                                            1ULL << 32};
+        for (int i = 0; i < 2000; ++i) divisors.push_back(2 + r.next() % ((1ULL << (2 + r.next() % 31)) - 1));
+        constexpr std::uint64_t top = (1ULL << 32) - 1;
+        for (const std::uint64_t d : divisors) {
+            const std::uint64_t recip = ~std::uint64_t{0} / d + 1;
+            std::vector<std::uint64_t> ps{0, 1, d - 1, d, d + 1, top, top - 1, top / d * d, top / d * d - 1};
+            for (int i = 0; i < 50; ++i) {
+                const std::uint64_t k = r.next() % (top / d + 1);
+                ps.push_back(k * d);
+                ps.push_back(k * d + d - 1 > top ? top : k * d + d - 1);
+                ps.push_back(r.next() % (top + 1));
+            }
+            for (const std::uint64_t p : ps)
+                if (p <= top && shunt::gpu::mul_high(p, recip) != p / d && division_failures++ < 5)
+                    std::printf("FAIL: %llu / %llu by multiplication gives %llu\n", static_cast<unsigned long long>(p),
+                                static_cast<unsigned long long>(d),
+                                static_cast<unsigned long long>(shunt::gpu::mul_high(p, recip)));
+        }
+    }
     shunt_test::type_generator gen(0, 1);
     stats st;
     const std::int64_t begin = only >= 0 ? only : 0, end = only >= 0 ? only + 1 : types;
@@ -266,14 +320,18 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "gpu_index seed %llu: %lld types (%lld left to the library), %lld cases (%lld skipped for memory; "
-        "%lld with several blocks, %lld with several dims), widest words 1/2/4/8/16 B: %lld/%lld/%lld/%lld/%lld, "
+        "%lld with several blocks, %lld with several dims, %lld with the fast path), widest words 1/2/4/8/16 B: "
+        "%lld/%lld/%lld/%lld/%lld, "
         "%lld pack windows, %lld fused launches, %lld unpacks, %lld fused unpack launches: %lld failed\n",
         static_cast<unsigned long long>(seed), static_cast<long long>(st.types), static_cast<long long>(st.unsupported),
         static_cast<long long>(st.cases), static_cast<long long>(st.skipped), static_cast<long long>(st.multi_block),
-        static_cast<long long>(st.multi_dim), static_cast<long long>(st.words[1]), static_cast<long long>(st.words[2]),
-        static_cast<long long>(st.words[4]), static_cast<long long>(st.words[8]), static_cast<long long>(st.words[16]),
-        static_cast<long long>(st.windows), static_cast<long long>(st.fused), static_cast<long long>(st.unpacks),
-        static_cast<long long>(st.fused_unpacks), static_cast<long long>(st.failed_types));
+        static_cast<long long>(st.multi_dim), static_cast<long long>(st.fast), static_cast<long long>(st.words[1]),
+        static_cast<long long>(st.words[2]), static_cast<long long>(st.words[4]), static_cast<long long>(st.words[8]),
+        static_cast<long long>(st.words[16]), static_cast<long long>(st.windows), static_cast<long long>(st.fused),
+        static_cast<long long>(st.unpacks), static_cast<long long>(st.fused_unpacks),
+        static_cast<long long>(st.failed_types));
+    if (division_failures)
+        std::printf("%lld divisions by multiplication failed\n", static_cast<long long>(division_failures));
     MPI_Finalize();
-    return st.failed_types == 0 ? 0 : 1;
+    return st.failed_types == 0 && division_failures == 0 ? 0 : 1;
 }

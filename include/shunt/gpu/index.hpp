@@ -95,6 +95,67 @@ SHUNT_HD inline std::int64_t typed_offset(const pack_desc& d, std::int64_t p) {
     return d.nblocks == 1 ? typed_offset_as<false>(d, p) : typed_offset_as<true>(d, p);
 }
 
+/// Up to this many strided dimensions go by the fast index path (2-D and 3-D objects: the
+/// faces of halo codes), whose dimensions travel by value in the kernel's parameters.
+inline constexpr int fast_max_dims = 3;
+
+/// A one-block descriptor's dimensions by value, each with the reciprocal of its inner size for
+/// division by one multiplication: the fast index path, for windows whose stream offsets fit 32
+/// bits (fast_usable). Built on the host from the host table (make_fast_dims).
+struct fast_dims {
+    std::int64_t ndims = 0;
+    std::int64_t stride[fast_max_dims]{};
+    std::int64_t inner[fast_max_dims]{};
+    std::uint64_t recip[fast_max_dims]{};  ///< ceil(2^64 / inner) for inner >= 2; 0 for inner 1
+    std::int64_t base = 0;  ///< typed offset of the block (single_offset)
+};
+
+/// The fast path's dimensions of `d`, whose table must be readable here (a flat_form's host
+/// table); ndims < 0 when `d` is not a one-block descriptor of at most fast_max_dims dimensions
+/// whose stream fits 32 bits.
+inline fast_dims make_fast_dims(const pack_desc& d) {
+    fast_dims f;
+    if (d.nblocks != 1 || d.ndims > fast_max_dims || d.total > (std::int64_t{1} << 32)) {
+        f.ndims = -1;
+        return f;
+    }
+    f.ndims = d.ndims;
+    f.base = d.single_offset;
+    for (std::int64_t k = 0; k < d.ndims; ++k) {
+        f.stride[k] = desc_dims(d)[3 * k + 1];
+        f.inner[k] = desc_dims(d)[3 * k + 2];
+        f.recip[k] = f.inner[k] > 1 ? ~std::uint64_t{0} / static_cast<std::uint64_t>(f.inner[k]) + 1 : 0;
+    }
+    return f;
+}
+
+/// The high 64 bits of a * b.
+SHUNT_HD inline std::uint64_t mul_high(std::uint64_t a, std::uint64_t b) {
+#if defined(__CUDA_ARCH__)
+    return __umul64hi(a, b);
+#else
+    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(a) * b) >> 64);
+#endif
+}
+
+/// Typed offset of packed byte `p` (0 <= p < 2^32) by the fast path: typed_offset_as<false>'s
+/// answer, each quotient floor(p * ceil(2^64 / inner) / 2^64), exact for p < 2^32 and inner
+/// <= 2^32 (the error term stays below 1 / inner).
+SHUNT_HD inline std::int64_t fast_offset(const fast_dims& f, std::int64_t p) {
+    std::int64_t off = f.base;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int k = 0; k < fast_max_dims; ++k) {
+        if (k >= f.ndims) break;
+        const std::int64_t i =
+            f.recip[k] == 0 ? p : static_cast<std::int64_t>(mul_high(static_cast<std::uint64_t>(p), f.recip[k]));
+        p -= i * f.inner[k];
+        off += i * f.stride[k];
+    }
+    return off + p;
+}
+
 /// Packed bytes [first, first + bytes) of a transfer, clamped as the host packer does.
 struct window {
     std::int64_t first = 0;

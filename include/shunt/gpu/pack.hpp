@@ -56,11 +56,14 @@ public:
     const pack_desc& desc() const { return desc_; }
     /// True when the stream is one contiguous typed run: packed by one cudaMemcpyAsync.
     bool contiguous() const { return contiguous_; }
+    /// The fast index path's dimensions (ndims < 0 where the descriptor has none).
+    const fast_dims& fast() const { return fast_; }
 
 private:
     pack_desc desc_{};
     void* table_ = nullptr;
     bool contiguous_ = false;
+    fast_dims fast_{};
 };
 
 /// Packs stream bytes [first, first + max_bytes) of `f` from the typed buffer `typed` (device,
@@ -85,6 +88,23 @@ void copy(void* dst, const void* src, std::size_t bytes, stream_t stream);
 /// Waits until all work queued on `stream` has finished. Throws shunt::unsupported without
 /// device support, cuda_error when the stream reports an error.
 void synchronize(stream_t stream);
+
+namespace detail {
+
+/// The kernels pack and unpack may launch, for the benchmarks and tests that compare them:
+/// automatic (what pack and unpack choose), legacy (one word per thread with the table's index
+/// math, the kernels before the fast path), and the fast path with 16, 32 or 64 bytes in flight
+/// per thread (falling back to legacy where the descriptor has no fast path).
+enum class kernel_shape { automatic, legacy, fast16, fast32, fast64 };
+
+/// pack with the kernel `shape` (same contract and errors).
+std::int64_t pack_as(kernel_shape shape, const device_form& f, const void* typed, void* out, stream_t stream,
+                     std::int64_t first = 0, std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max());
+/// unpack with the kernel `shape` (same contract and errors).
+std::int64_t unpack_as(kernel_shape shape, const device_form& f, const void* in, void* typed, stream_t stream,
+                       std::int64_t first = 0, std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max());
+
+}  // namespace detail
 
 /// One item of a fused pack: the whole stream of `form` from `typed` into `out`.
 struct device_input {
