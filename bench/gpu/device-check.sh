@@ -27,6 +27,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$root/site
   .device/whl/mpich-*.whl || { note "FAILED: installing the wheels"; exit 1; }
 for f in .device/deb/*.deb; do dpkg -x "$f" "$root/deb"; done
 export PYTHONPATH="$root/site${PYTHONPATH:+:$PYTHONPATH}"
+export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer"
 export PATH="$root/site/bin:$root/py/bin:$root/deb/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$root/py/lib:$root/deb/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 pc="$root/pkgconfig"
@@ -59,7 +60,7 @@ note "NCCL from $nccl ($so); nvcc $(nvcc --version | tail -1); $(nvidia-smi --qu
 # code for this GPU alone.
 build=build-device
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
-if meson setup "$build" -Dmpi=mpich -Dcuda=enabled -Dnccl=enabled -Dnccl_home="$root/nccl" \
+if meson setup $([ -d "$build" ] && echo --reconfigure) "$build" -Dmpi=mpich -Dcuda=enabled -Dnccl=enabled -Dnccl_home="$root/nccl" \
      -Dbuildtype=release >"$logs/build.log" 2>&1; then
   targets=$(meson introspect "$build" --tests | python3 -c '
 import json, os, sys
@@ -68,12 +69,12 @@ for t in json.load(sys.stdin):
     if "gpu" not in t["suite"] and not any(s.endswith(":gpu") for s in t["suite"]): continue
     for a in t["cmd"] + [e.split("=", 1)[-1] for e in t["cmd"]]:
         p = os.path.realpath(a if os.path.isabs(a) else os.path.join(b, a))
-        if p.startswith(b + "/"): out.add(os.path.relpath(p, b))
+        if p.startswith(b + "/") and not os.path.basename(a).startswith("-"): out.add(os.path.relpath(p, b))
 print(" ".join(sorted(out)))' "$build")
   targets="$targets src/shunt-measure src/shunt-info interpose/libshunt.so interpose/libshunt-nccl-tuner.so \
     bench/gpu/bench-gpu-pack bench/gpu/bench-gpu-mpi-pack tests/nccl/nccl-ops-device"
   known=$(ninja -C "$build" -t targets all 2>/dev/null | cut -d: -f1)
-  want=$(for t in $targets; do grep -qxF "$t" <<<"$known" && echo "$t"; done | sort -u | tr '\n' ' ')
+  want=$(for t in $targets; do grep -qxF -e "$t" <<<"$known" && echo "$t"; done | sort -u | tr '\n' ' ')
   echo "targets: $want" >>"$logs/build.log"
 fi
 if [ -n "${want:-}" ] && ninja -C "$build" $want >>"$logs/build.log" 2>&1; then
