@@ -8,6 +8,8 @@
 # shunt-measure's device tables with --validate and --decisions, real NCCL at one rank under the preload and with the
 # tuner plugin. Writes OUT/summary.txt and OUT/logs.tgz (every log). Meant to end within 8 minutes.
 #   usage: bench/gpu/device-check.sh [OUT]
+#   DEVICE_CHECK_ONLY=pack: build, bench-gpu-pack, TEMPI's comparison and gpu_pack only;
+#   DEVICE_CHECK_BUILD_ONLY=1: install and build only (how the script is tried without a GPU)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-./device-out}}
@@ -17,7 +19,11 @@ summary="$out/summary.txt"
 logs="$out/logs"
 mkdir -p "$logs"
 : >"$summary"
-note() { printf '[%4ds] %s\n' "$((SECONDS - start))" "$*" | tee -a "$summary"; }
+# Each note also refreshes OUT/logs.tgz, so a run stopped from outside still brings its logs back.
+note() {
+  printf '[%4ds] %s\n' "$((SECONDS - start))" "$*" | tee -a "$summary"
+  tar -C "$out" -czf "$out/logs.tgz.new" logs 2>/dev/null && mv "$out/logs.tgz.new" "$out/logs.tgz"
+}
 
 # 1. What .device/ brings: wheels into /tmp (mpich with its data files under a prefix), packages unpacked under /tmp/deb.
 root=/tmp/shunt-dev
@@ -56,8 +62,7 @@ ln -sf "$so" "$root/nccl/lib/libnccl.so"
 export LD_LIBRARY_PATH="$(dirname "$so"):$LD_LIBRARY_PATH"
 note "NCCL from $nccl ($so); nvcc $(nvcc --version | tail -1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
-# 2. Build: MPICH, CUDA and NCCL; only the targets the checks run (the gpu suite's programs and what they load), native
-# code for this GPU alone.
+# 2. Build: MPICH, CUDA and NCCL; only the targets the checks run (the gpu suite's programs and what they load).
 build=build-device
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')
 if meson setup $([ -d "$build" ] && echo --reconfigure) "$build" -Dmpi=mpich -Dcuda=enabled -Dnccl=enabled -Dnccl_home="$root/nccl" \
@@ -84,13 +89,6 @@ else
 fi
 # DEVICE_CHECK_BUILD_ONLY=1: stop here (how the install and build steps are tried on a machine without a GPU).
 if [ -n "${DEVICE_CHECK_BUILD_ONLY:-}" ]; then note "build only: done"; exit 0; fi
-# TEMPI, built beside the rest where its snapshot came along.
-tempi_pid=
-if [ -d .device/tempi ] && [ -x bench/gpu/tempi.sh ]; then
-  bench/gpu/tempi.sh --build-only .device/tempi "$logs" >"$logs/tempi-build.log" 2>&1 &
-  tempi_pid=$!
-fi
-
 # 3. bench-gpu-pack alone on the GPU: every row, every kernel shape, the kernels before the fast path; then the 32 B
 # rows with the L2 fetch granularity at 32 bytes (a device-wide limit, set inside that run only).
 timeout 200 "$build/bench/gpu/bench-gpu-pack" --shapes --time 0.5 --csv "$logs/pack.csv" >"$logs/pack.txt" 2>&1
@@ -98,22 +96,37 @@ note "bench-gpu-pack: exit $? ($(grep -c '^pack\|^unpack' "$logs/pack.txt") rows
 timeout 60 "$build/bench/gpu/bench-gpu-pack" --blocks 32 --l2-fetch 32 --time 0.5 >"$logs/pack-l2fetch32.txt" 2>&1
 note "bench-gpu-pack --blocks 32 --l2-fetch 32: exit $? ($(grep -m1 -o 'set to 32.*ms' "$logs/pack-l2fetch32.txt"))"
 
-# 4. MPI_Pack of device buffers, shunt against TEMPI, interleaved processes.
-if [ -n "$tempi_pid" ]; then
-  wait "$tempi_pid"
-  timeout 150 bench/gpu/tempi.sh .device/tempi "$logs" >"$logs/tempi.log" 2>&1
-  note "TEMPI comparison: exit $? ($(grep -m1 -i 'geometric' "$logs/tempi.txt" 2>/dev/null || echo 'no table'))"
+# 4. MPI_Pack of device buffers by one unmodified program, shunt against TEMPI (built here from .device/tempi),
+# interleaved processes (tempi.txt, tempi.log).
+if [ -d .device/tempi ]; then
+  timeout 120 bench/gpu/tempi.sh --build "$build" --rounds 3 --budget 60 .device/tempi "$logs" >/dev/null 2>&1
+  note "TEMPI against shunt (tempi.txt): exit $?; $(grep -m1 -E '^(geometric|no case|tempi.sh)' "$logs/tempi.txt")"
 else
-  note "TEMPI comparison: not run (no .device/tempi or bench/gpu/tempi.sh)"
+  note "TEMPI: no .device/tempi (bench/gpu/prepare-device.sh with the TEMPI mirror)"
+fi
+
+# DEVICE_CHECK_ONLY=pack: the pack kernels alone (the benchmarks above and gpu_pack against the host packer), then stop.
+if [ "${DEVICE_CHECK_ONLY:-}" = pack ]; then
+  timeout 200 "$build/tests/gpu/gpu_pack" >"$logs/gpu_pack.log" 2>&1
+  note "gpu_pack: exit $? ($(tail -1 "$logs/gpu_pack.log"))"
+  note "done in $((SECONDS - start)) s"
+  tar -C "$out" -czf "$out/logs.tgz" logs && rm -rf "$logs"
+  exit 0
 fi
 
 # 5. The gpu suite, and compute-sanitizer's three tools on the suite's programs beside it (short cases).
-meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
+timeout 220 meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
 suite_pid=$!
 san() {  # tool name command...: one sanitized run, its verdict in sanitizer.log
   local tool=$1 name=$2; shift 2
-  timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$logs/san-$tool-$name.log" 2>&1
-  echo "$tool $name: exit $? $(grep -m1 'ERROR SUMMARY' "$logs/san-$tool-$name.log")" >>"$logs/sanitizer.log"
+  local f="$logs/san-$tool-$name.log" rc verdict
+  timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 "$@" >"$f" 2>&1
+  rc=$?
+  # memcheck and synccheck end each process with "ERROR SUMMARY: N errors", racecheck with "(N errors, M warnings)".
+  verdict=clean
+  { [ "$rc" != 0 ] || ! grep -q 'SUMMARY' "$f" || grep 'SUMMARY' "$f" | grep -qvE 'SUMMARY: 0 errors|\(0 errors'; } &&
+    verdict=NOT-CLEAN
+  echo "$tool $name: $verdict, exit $rc, $(grep -c SUMMARY "$f") summaries: $(grep -m1 SUMMARY "$f")" >>"$logs/sanitizer.log"
 }
 if command -v compute-sanitizer >/dev/null; then
   : >"$logs/sanitizer.log"
@@ -125,9 +138,12 @@ if command -v compute-sanitizer >/dev/null; then
      san $tool gpu_p2p mpiexec -n 2 env LD_PRELOAD="$pre" SHUNT_PACK=device "$build/tests/gpu/gpu_p2p"
      san $tool gpu_alltoallw mpiexec -n 3 env LD_PRELOAD="$pre" SHUNT_PACK=device "$build/tests/gpu/gpu_alltoallw") &
   done
-  wait $(jobs -p | grep -v "^$suite_pid\$")
-  note "compute-sanitizer: $(grep -c 'ERROR SUMMARY: 0 errors' "$logs/sanitizer.log") of $(wc -l <"$logs/sanitizer.log") runs clean"
-  grep -v 'ERROR SUMMARY: 0 errors' "$logs/sanitizer.log" | sed 's/^/  /' | tee -a "$summary"
+  # At most 150 s for the sanitizers (each run also stops at 100 s): what is still running then is stopped.
+  for _ in $(seq 75); do [ -n "$(jobs -p | grep -v "^$suite_pid\$")" ] || break; sleep 2; done
+  pkill -f compute-sanitizer 2>/dev/null
+  wait $(jobs -p | grep -v "^$suite_pid\$") 2>/dev/null
+  note "compute-sanitizer: $(grep -c ': clean,' "$logs/sanitizer.log") of $(wc -l <"$logs/sanitizer.log") runs clean"
+  grep -v ': clean,' "$logs/sanitizer.log" | sed 's/^/  /' | tee -a "$summary"
 else
   note "compute-sanitizer not found"
 fi
@@ -140,21 +156,21 @@ grep -h -E '^gpu_pack on|^gpu_compress' "$logs/gpu-suite.log" | head -3 | sed 's
 # 6. The device tables of the cost model, then their prediction error on held-out sizes and the pack decisions.
 {
   m=(--only copy. --only launch --only pack.device --only pack.mapped --output "$logs/model-device.json")
-  timeout 120 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --budget 90; echo "exit $?"
-  timeout 90 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --validate --decisions; echo "exit $?"
+  timeout 60 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --budget 30; echo "exit $?"
+  timeout 60 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --validate --decisions; echo "exit $?"
 } >"$logs/measure.log" 2>&1
 note "shunt-measure device tables: $(grep -c '^exit 0' "$logs/measure.log") of 2 runs exit 0"
 
 # 7. Real NCCL at one rank under the preload (every intercepted call, results checked), then with the tuner plugin.
 {
   echo "== nccl-ops-device under the preload, SHUNT_REPORT=rank"
-  LD_PRELOAD="$PWD/$build/interpose/libshunt.so" SHUNT_REPORT=rank timeout 120 "$build/tests/nccl/nccl-ops-device"
+  LD_PRELOAD="$PWD/$build/interpose/libshunt.so" SHUNT_REPORT=rank timeout 60 "$build/tests/nccl/nccl-ops-device"
   echo "exit $?"
   tuner=$(find "$build" -name 'libshunt-nccl-tuner.so' | head -1)
   if [ -n "$tuner" ]; then
     echo "== the same with NCCL_TUNER_PLUGIN=$tuner NCCL_DEBUG=INFO SHUNT_LOG=decide"
     LD_PRELOAD="$PWD/$build/interpose/libshunt.so" NCCL_TUNER_PLUGIN="$PWD/$tuner" NCCL_DEBUG=INFO \
-      NCCL_DEBUG_SUBSYS=INIT,TUNING SHUNT_LOG=decide timeout 120 "$build/tests/nccl/nccl-ops-device"
+      NCCL_DEBUG_SUBSYS=INIT,TUNING SHUNT_LOG=decide timeout 60 "$build/tests/nccl/nccl-ops-device"
     echo "exit $?"
   else
     echo "== no tuner plugin built"
