@@ -35,7 +35,7 @@ for f in .device/deb/*.deb; do dpkg -x "$f" "$root/deb"; done
 export PYTHONPATH="$root/site${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="$PATH:/usr/local/cuda/bin:/usr/local/cuda/compute-sanitizer"
 export PATH="$root/site/bin:$root/py/bin:$root/deb/usr/bin:$PATH"
-export LD_LIBRARY_PATH="$root/py/lib:$root/deb/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$root/py/lib:$root/py/lib/mpich:$root/deb/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 pc="$root/pkgconfig"
 mkdir -p "$pc"
 for f in "$root"/deb/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc "$root"/deb/usr/share/pkgconfig/*.pc; do
@@ -46,7 +46,7 @@ Name: mpich
 Description: MPICH from PyPI's wheel
 Version: 5.0.2
 Cflags: -I$root/py/include
-Libs: -L$root/py/lib -lmpi -Wl,-rpath,$root/py/lib
+Libs: -L$root/py/lib -lmpi -Wl,-rpath,$root/py/lib -Wl,-rpath-link,$root/py/lib/mpich
 PC
 export PKG_CONFIG_LIBDIR="$pc"
 command -v pkg-config >/dev/null || ln -sf "$root/deb/usr/bin/pkgconf" "$root/site/bin/pkg-config"
@@ -115,7 +115,7 @@ if [ "${DEVICE_CHECK_ONLY:-}" = pack ]; then
 fi
 
 # 5. The gpu suite, and compute-sanitizer's three tools on the suite's programs beside it (short cases).
-timeout 220 meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
+timeout 180 meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
 suite_pid=$!
 san() {  # tool name command...: one sanitized run, its verdict in sanitizer.log
   local tool=$1 name=$2; shift 2
