@@ -63,7 +63,8 @@ mkdir -p "$root/nccl/lib"
 ln -sfn "$nccl/include" "$root/nccl/include"
 so=$(ls "$nccl"/lib/libnccl.so* "$nccl"/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)
 ln -sf "$so" "$root/nccl/lib/libnccl.so"
-export LD_LIBRARY_PATH="$(dirname "$so"):$LD_LIBRARY_PATH"
+# Appended: the system directory PyTorch's NCCL may sit in can hold an older libfabric than libmpi's own.
+export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$so")"
 note "NCCL from $nccl ($so); nvcc $(nvcc --version | tail -1); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
 
 # 2. Build: MPICH, CUDA and NCCL; only the targets the checks run (the gpu suite's programs and what they load).

@@ -96,9 +96,9 @@ int main(int argc, char** argv) {
         "tens of MB, 16M rows run partly from L2, 256M rows from memory). Columns: shunt = the kernel\n"
         "(stream-ordered, one synchronisation per call) in GB/s of payload; before = the kernels before the\n"
         "fast path (one word per thread, the table's index math), x before = before time / shunt time;\n"
-        "write = cudaMemset3DAsync of the typed bytes alone (unpack rows: what writing them costs, with no\n"
-        "read at all), shunt/write its fraction; bound = payload / (strided\n"
-        "bytes rounded to 32-byte sectors + contiguous bytes) at the device-to-device copy bandwidth measured\n"
+        "fast16, fast32, fast64 (--shapes) = the fast path with that many bytes in flight per thread;\n"
+        "bound = payload / (strided bytes rounded to 32-byte sectors + contiguous bytes) at the device-to-\n"
+        "device copy bandwidth measured "
         "in the same run, and shunt/bound its fraction; 2D = cudaMemcpy2DAsync (3d: one call per plane, over\n"
         "the first --per-block-max planes); per-block = one cudaMemcpyAsync per block over the first\n"
         "--per-block-max blocks. Baselines timed on a part are scaled to the whole object for the ratios\n"
@@ -143,8 +143,6 @@ int main(int argc, char** argv) {
                  {"shunt/bound", 11, "shunt_over_bound"},
                  {"before GB/s", 11, "before_gbs"},
                  {"x before", 8, "speedup_vs_before"},
-                 {"write GB/s", 10, "write_gbs"},
-                 {"shunt/write", 11, "shunt_over_write"},
                  {"fast16", 7, "fast16_gbs"},
                  {"fast32", 7, "fast32_gbs"},
                  {"fast64", 7, "fast64_gbs"},
@@ -204,19 +202,6 @@ int main(int argc, char** argv) {
                     sync();
                 };
             };
-            // The typed bytes alone written (unpack rows): one cudaMemset3DAsync over planes of rows.
-            const cudaPitchedPtr pitched =
-                make_cudaPitchedPtr(typed, static_cast<std::size_t>(sh.pitch), static_cast<std::size_t>(sh.block),
-                                    static_cast<std::size_t>(sh.planes > 1 ? sh.plane / sh.pitch : sh.rows));
-            const cudaExtent extent =
-                make_cudaExtent(static_cast<std::size_t>(sh.block), static_cast<std::size_t>(sh.rows),
-                                static_cast<std::size_t>(sh.planes));
-            bool have_write = !pack && (sh.planes == 1 || sh.plane % sh.pitch == 0);
-            if (have_write) {
-                have_write = cudaMemset3DAsync(pitched, 1, extent, s) == cudaSuccess;
-                if (!have_write) (void)cudaGetLastError();
-                sync();
-            }
             std::vector<std::function<void()>> v{
                 kernel(kernel_shape::automatic),
                 [&] {  // cudaMemcpy2DAsync, one call per plane, the first timed_planes planes
@@ -240,11 +225,6 @@ int main(int argc, char** argv) {
                     sync();
                 },
                 kernel(kernel_shape::legacy)};
-            if (have_write)
-                v.push_back([&] {
-                    need(cudaMemset3DAsync(pitched, 1, extent, s), "cudaMemset3DAsync");
-                    sync();
-                });
             const std::size_t first_shape = v.size();
             if (shapes)
                 for (const auto k : {kernel_shape::fast16, kernel_shape::fast32, kernel_shape::fast64})
@@ -256,16 +236,13 @@ int main(int argc, char** argv) {
             const double per_block_s =
                 times[2].best_s * static_cast<double>(nblocks) / static_cast<double>(timed_blocks);
             const double two_d_s = times[1].best_s * static_cast<double>(sh.planes) / static_cast<double>(timed_planes);
-            const double write_s = have_write ? times[5].best_s : 0;
             auto shape_cell = [&](std::size_t i) {
                 return shapes ? gbs_cell(payload, times[first_shape + i].best_s) : text_cell("-");
             };
             t.row({text_cell(name), bytes_cell(payload), gbs_cell(payload, times[0].best_s), gbs_cell(payload, bound_s),
                    number_cell(bound_s / times[0].best_s, 2), gbs_cell(payload, times[4].best_s),
-                   number_cell(times[4].best_s / times[0].best_s, 2),
-                   have_write ? gbs_cell(payload, write_s) : text_cell("-"),
-                   have_write ? number_cell(write_s / times[0].best_s, 2) : text_cell("-"), shape_cell(0),
-                   shape_cell(1), shape_cell(2), have_2d ? gbs_cell(payload, two_d_s) : text_cell("n/a"),
+                   number_cell(times[4].best_s / times[0].best_s, 2), shape_cell(0), shape_cell(1), shape_cell(2),
+                   have_2d ? gbs_cell(payload, two_d_s) : text_cell("n/a"),
                    gbs_cell(timed_blocks * sh.block, times[2].best_s),
                    have_2d ? number_cell(two_d_s / times[0].best_s, 1) : text_cell("n/a"),
                    number_cell(per_block_s / times[0].best_s, 0), gbs_cell(payload, times[3].best_s)});

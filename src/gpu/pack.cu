@@ -137,8 +137,14 @@ void launch_fast(const fast_dims& f, std::uintptr_t typed, std::byte* packed, wi
     SHUNT_CUDA(cudaGetLastError());
 }
 
-/// Bytes in flight per thread on the fast path for words of `word` bytes (automatic shape).
-constexpr int fast_bytes_for(int word) { return word >= 8 ? 16 : 32; }
+/// Bytes in flight per thread on the fast path (the automatic shape) for words of `word` bytes
+/// and blocks of `block` bytes: the shape bench-gpu-pack measured fastest for that word and
+/// block (1-byte words: 16; 2 and 4: 32; 8: 16; 16-byte words: 32 from 64-byte blocks when
+/// packing, from 128 when unpacking, else 16).
+constexpr int fast_bytes_for(int word, bool pack, std::int64_t block) {
+    if (word == 16) return block >= (pack ? 64 : 128) ? 32 : 16;
+    return word == 2 || word == 4 ? 32 : 16;
+}
 
 template <class Word, bool Pack>
 void launch_fast_bytes(int bytes, const fast_dims& f, std::uintptr_t typed, std::byte* packed, window w,
@@ -161,8 +167,9 @@ void launch(detail::kernel_shape shape, const device_form& f, std::uintptr_t typ
     if (!fast) return launch_words<Word, Pack>(f.desc(), typed, packed, w, s);
     const int bytes = shape == kernel_shape::fast64   ? 64
                       : shape == kernel_shape::fast32 ? 32
-                      : shape == kernel_shape::fast16 ? 16
-                                                      : fast_bytes_for(static_cast<int>(sizeof(Word)));
+                      : shape == kernel_shape::fast16
+                          ? 16
+                          : fast_bytes_for(static_cast<int>(sizeof(Word)), Pack, f.desc().block_bytes);
     launch_fast_bytes<Word, Pack>(bytes, f.fast(), typed, packed, w, s);
 }
 
@@ -214,7 +221,11 @@ device_form::device_form(const flat_form& f)
     const auto table = f.table();
     const std::size_t bytes = table.size_bytes();
     SHUNT_CUDA(cudaMalloc(&table_, bytes));
-    if (const cudaError_t rc = cudaMemcpy(table_, table.data(), bytes, cudaMemcpyHostToDevice); rc != cudaSuccess) {
+    // From pageable memory cudaMemcpy may return before its DMA lands, and nothing orders that DMA
+    // (on the legacy stream) before kernels on a non-blocking stream: wait for it here.
+    cudaError_t rc = cudaMemcpy(table_, table.data(), bytes, cudaMemcpyHostToDevice);
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(cudaStreamLegacy);
+    if (rc != cudaSuccess) {
         cudaFree(table_);
         detail::throw_cuda(rc, "cudaMemcpy(device_form table)", __FILE__, __LINE__);
     }
