@@ -89,26 +89,24 @@ private:
         st_.multi_block += d.nblocks > 1;
         st_.multi_dim += d.ndims > 1;
 
-        // The index math alone: every packed byte's typed offset against the flat layout.
+        // The index math alone: every packed byte's typed offset against the flat layout, by the
+        // table (typed_offset) and, where it applies, by the fast path (one block, up to three dims).
         const auto pos = shunt_test::layout_positions(info_.form, extent, count);
-        for (std::int64_t p = 0; p < total; ++p)
-            if (shunt::gpu::typed_offset(d, p) != pos[static_cast<std::size_t>(p)]) {
-                fail("typed_offset of packed byte " + std::to_string(p) + " is " +
-                     std::to_string(shunt::gpu::typed_offset(d, p)) + ", the layout says " +
-                     std::to_string(pos[static_cast<std::size_t>(p)]) + at);
-                return;
-            }
-        // The fast path (one-block descriptors of up to three dimensions), where it applies.
+        auto offsets_match = [&](const char* what, auto&& offset_of) {
+            for (std::int64_t p = 0; p < total; ++p)
+                if (offset_of(p) != pos[static_cast<std::size_t>(p)]) {
+                    fail(std::string(what) + " of packed byte " + std::to_string(p) + " is " +
+                         std::to_string(offset_of(p)) + ", the layout says " +
+                         std::to_string(pos[static_cast<std::size_t>(p)]) + at);
+                    return false;
+                }
+            return true;
+        };
+        if (!offsets_match("typed_offset", [&](std::int64_t p) { return shunt::gpu::typed_offset(d, p); })) return;
         const shunt::gpu::fast_dims fd = shunt::gpu::make_fast_dims(d);
         if (fd.ndims >= 0) {
             ++st_.fast;
-            for (std::int64_t p = 0; p < total; ++p)
-                if (shunt::gpu::fast_offset(fd, p) != pos[static_cast<std::size_t>(p)]) {
-                    fail("fast_offset of packed byte " + std::to_string(p) + " is " +
-                         std::to_string(shunt::gpu::fast_offset(fd, p)) + ", the layout says " +
-                         std::to_string(pos[static_cast<std::size_t>(p)]) + at);
-                    return;
-                }
+            if (!offsets_match("fast_offset", [&](std::int64_t p) { return shunt::gpu::fast_offset(fd, p); })) return;
         }
 
         // Whole pack with each word size the alignment allows (the widest first).
