@@ -10,6 +10,7 @@
 #   usage: bench/gpu/device-check.sh [OUT]
 #   DEVICE_CHECK_ONLY=pack: build, bench-gpu-pack, TEMPI's comparison and gpu_pack only;
 #   DEVICE_CHECK_BUILD_ONLY=1: install and build only (how the script is tried without a GPU)
+#   DEVICE_CHECK_SHAPES=1: bench-gpu-pack also times each fast-path kernel shape (for choosing the default)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-./device-out}}
@@ -94,9 +95,11 @@ else
 fi
 # DEVICE_CHECK_BUILD_ONLY=1: stop here (how the install and build steps are tried on a machine without a GPU).
 if [ -n "${DEVICE_CHECK_BUILD_ONLY:-}" ]; then note "build only: done"; exit 0; fi
-# 3. bench-gpu-pack alone on the GPU: every row, every kernel shape, the kernels before the fast path; then the 32 B
-# rows with the L2 fetch granularity at 32 bytes (a device-wide limit, set inside that run only).
-timeout 200 "$build/bench/gpu/bench-gpu-pack" --shapes --time 0.5 --csv "$logs/pack.csv" >"$logs/pack.txt" 2>&1
+# 3. bench-gpu-pack alone on the GPU: every row, the kernels before the fast path (DEVICE_CHECK_SHAPES=1: every fast-path
+# shape too, longer); then the 32 B rows with the L2 fetch granularity at 32 bytes (a device-wide limit, set inside
+# that run only).
+timeout 220 "$build/bench/gpu/bench-gpu-pack" ${DEVICE_CHECK_SHAPES:+--shapes} --time 0.4 --csv "$logs/pack.csv" \
+  >"$logs/pack.txt" 2>&1
 note "bench-gpu-pack: exit $? ($(grep -c '^pack\|^unpack' "$logs/pack.txt") rows)"
 timeout 60 "$build/bench/gpu/bench-gpu-pack" --blocks 32 --l2-fetch 32 --time 0.5 >"$logs/pack-l2fetch32.txt" 2>&1
 note "bench-gpu-pack --blocks 32 --l2-fetch 32: exit $? ($(grep -m1 -o 'set to 32.*ms' "$logs/pack-l2fetch32.txt"))"
@@ -161,7 +164,7 @@ grep -h -E '^gpu_pack on|^gpu_compress' "$logs/gpu-suite.log" | head -3 | sed 's
 # 6. The device tables of the cost model, then their prediction error on held-out sizes and the pack decisions.
 {
   m=(--only copy. --only launch --only pack.device --only pack.mapped --output "$logs/model-device.json")
-  timeout 60 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --budget 30; echo "exit $?"
+  timeout 60 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --budget 20; echo "exit $?"
   timeout 60 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --validate --decisions; echo "exit $?"
 } >"$logs/measure.log" 2>&1
 note "shunt-measure device tables: $(grep -c '^exit 0' "$logs/measure.log") of 2 runs exit 0"
