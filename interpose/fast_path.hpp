@@ -36,27 +36,45 @@ SHUNT_KEPT_FORM_(allgather)
 SHUNT_KEPT_FORM_(alltoall)
 #undef SHUNT_KEPT_FORM_
 
-/// `fast_path<S>{rt}(args...)`: true where the call repeats a kept one and goes to the library as
-/// it is, with nothing to count (no SHUNT_REPORT, no decision log), which the shim then calls
-/// itself: no call into the runtime, no stack frame of its own. False for every call without one.
-/// The most frequent calls have one: MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, and the blocking
-/// collectives kept by count, type and reduction. A blocking call only while none of shunt's
-/// nonblocking collectives is in flight (the runtime then makes it nonblocking and progresses
-/// them while it waits); a collective first progresses them, as the runtime's path does.
+/// `fast_path<S>{rt}.unguarded(args...)`: true where the call repeats a kept one and goes to the
+/// library as it is, with nothing to count (no SHUNT_REPORT, no decision log), which the shim then
+/// calls itself, as a tail call: no call into the runtime, no frame, no re-entry guard (the checks
+/// only read: the thread's kept calls, generations, flags). A library that calls an intercepted
+/// function from inside that call meets the shims as a user would. The most frequent calls have
+/// one: MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, and the blocking collectives kept by count, type
+/// and reduction, each only while none of shunt's nonblocking collectives is in flight.
+/// `guarded(args...)`, under the guard: a kept collective while some are in flight, which it first
+/// progresses, as the runtime's path does (a blocking point-to-point call then goes to the runtime,
+/// which makes it nonblocking and progresses them while it waits).
 template <shim S>
 struct fast_path {
     runtime& rt;
 
+    /// Whether shim S has a fast path.
+    static constexpr bool any = S == shim::send || S == shim::recv || S == shim::isend || S == shim::irecv ||
+                                !std::is_void_v<typename kept_form<S>::type>;
+
     template <class... A>
-    [[gnu::always_inline]] bool operator()([[maybe_unused]] A... a) const noexcept {
+    [[gnu::always_inline]] bool unguarded([[maybe_unused]] A... a) const noexcept {
         if constexpr (S == shim::send || S == shim::recv)
             return blocking(a...);
         else if constexpr (S == shim::isend || S == shim::irecv)
             return nonblocking(a...);
         else if constexpr (!std::is_void_v<typename kept_form<S>::type>)
-            return collective<typename kept_form<S>::type>(a...);
+            return rt.nbc().idle() && collective<typename kept_form<S>::type>(a...);
         else
             return false;
+    }
+
+    template <class... A>
+    [[gnu::always_inline]] bool guarded([[maybe_unused]] A... a) const noexcept {
+        if constexpr (!std::is_void_v<typename kept_form<S>::type>) {
+            if (!collective<typename kept_form<S>::type>(a...)) return false;
+            rt.nbc().progress();
+            return true;
+        } else {
+            return false;
+        }
     }
 
 private:
@@ -73,11 +91,8 @@ private:
     }
     template <class Form, class... A>
     [[gnu::always_inline]] bool collective(A... a) const noexcept {
-        if (rt.counting() || rt.cfg().log.enabled(log_level::debug, log_category::decide) ||
-            kept_repeat<Form>(rt, Form::describe(a...), false) == nullptr)
-            return false;
-        rt.nbc().progress();
-        return true;
+        return !rt.counting() && !rt.cfg().log.enabled(log_level::debug, log_category::decide) &&
+               kept_repeat<Form>(rt, Form::describe(a...), false) != nullptr;
     }
 };
 

@@ -78,6 +78,11 @@ public:
 
     /// Moves every schedule in flight as far as it can go without waiting. Never blocks. Inline:
     /// every passed-through call asks, and with nothing in flight or released the answer is two loads.
+    /// True when no schedule is in flight and none waits to be released: progress() has nothing to
+    /// do (what a shim's unguarded fast path asks; fast_path.hpp).
+    bool idle() const noexcept {
+        return active_.load(std::memory_order_acquire) == 0 && released_n_.load(std::memory_order_acquire) == 0;
+    }
     void progress() noexcept {
         if (active_.load(std::memory_order_acquire) != 0 || released_n_.load(std::memory_order_acquire) != 0)
             progress_slow();

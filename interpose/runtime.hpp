@@ -63,10 +63,21 @@ public:
     /// The runtime, or nullptr when SHUNT_DISABLE is set (pure pass-through) or it could not be
     /// built.
     static runtime* instance() noexcept {
-        static runtime* const rt = create();  // inline: every shim asks, so no call for it
+        static runtime* const rt = published(create());  // inline: every shim asks, so no call for it
         return rt;
     }
+    /// The runtime once instance() has built it, else nullptr; never builds it: what a shim's
+    /// unguarded fast path reads (fast_path.hpp), so that building it always runs under the guard.
+    static runtime* built() noexcept { return built_.load(std::memory_order_acquire); }
 
+private:
+    static runtime* published(runtime* rt) noexcept {
+        built_.store(rt, std::memory_order_release);
+        return rt;
+    }
+    static inline std::atomic<runtime*> built_{nullptr};
+
+public:
     // The entry points: one member per intercepted function (mpi_calls.hpp), each a few lines
     // that hand the call to its executor (defined in the executor's file).
 #define SHUNT_ENTRY_(name, Name, params, args) int name params noexcept;

@@ -1,4 +1,4 @@
-// interpose/shims.cpp: the exported MPI_* shims, one per entry of mpi_calls.hpp (large-count forms included): re-entry guard, SHUNT_DISABLE, a kept repeat's fast path, then the runtime.
+// interpose/shims.cpp: the exported MPI_* shims, one per entry of mpi_calls.hpp (large-count forms included): a kept repeat's fast path, re-entry guard, SHUNT_DISABLE, then the runtime.
 //
 // The shims cannot carry `noexcept`: mpi.h declares these functions without an exception
 // specification and GCC 12 rejects a redeclaration that differs. They are noexcept in effect:
@@ -24,13 +24,30 @@ runtime* active(const reentry_guard& guard) noexcept { return guard.outermost() 
 
 extern "C" {
 
-// A call with a fast path (fast_path.hpp) that repeats a kept one goes to the library from here.
-#define SHUNT_SHIM_(name, Name, params, args)                                          \
-    SHUNT_EXPORT int MPI_##Name params {                                               \
-        const reentry_guard guard;                                                     \
-        runtime* rt = active(guard);                                                   \
-        if (rt != nullptr && fast_path<shim::name>{*rt} args) return PMPI_##Name args; \
-        return rt != nullptr ? rt->name args : PMPI_##Name args;                       \
+// The guarded path of a shim: the re-entry guard, SHUNT_DISABLE, a kept collective while shunt's
+// schedules are in flight, then the runtime. Out of line, so that the unguarded fast path needs no
+// frame.
+#define SHUNT_GUARDED_(name, Name, params, args)                                                   \
+    [[gnu::noinline]] static int guarded_##name params {                                           \
+        const reentry_guard guard;                                                                 \
+        runtime* rt = active(guard);                                                               \
+        if constexpr (fast_path<shim::name>::any) {                                                \
+            if (rt != nullptr && fast_path<shim::name>{*rt}.guarded args) return PMPI_##Name args; \
+        }                                                                                          \
+        return rt != nullptr ? rt->name args : PMPI_##Name args;                                   \
+    }
+SHUNT_MPI_CALLS(SHUNT_GUARDED_)
+#undef SHUNT_GUARDED_
+
+// A call with a fast path (fast_path.hpp) that repeats a kept one goes to the library from here,
+// before the guard, as a tail call.
+#define SHUNT_SHIM_(name, Name, params, args)                                                                        \
+    SHUNT_EXPORT int MPI_##Name params {                                                                             \
+        if constexpr (fast_path<shim::name>::any) {                                                                  \
+            if (runtime* built = runtime::built(); built != nullptr && fast_path<shim::name>{*built}.unguarded args) \
+                return PMPI_##Name args;                                                                             \
+        }                                                                                                            \
+        return guarded_##name args;                                                                                  \
     }
 SHUNT_MPI_CALLS(SHUNT_SHIM_)
 #undef SHUNT_SHIM_
