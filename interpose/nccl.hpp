@@ -53,13 +53,14 @@ struct nccl_real {
 
 /// ncclAllReduce .. ncclCommAbort as the preload library runs them. A collective goes to shunt's
 /// hierarchical schedule (collectives/nccl.hpp) only outside a group, on a blocking communicator
-/// of shunt's knowing (made by ncclCommInitRank(Config) or ncclCommSplit, not ncclCommInitAll),
-/// with a built-in operation and at least nccl_min_bytes, where SHUNT_NCCL and the model choose
-/// it (plan/nccl.hpp); everything else, ncclSend/ncclRecv and grouped calls included, goes to
-/// NCCL unchanged, with NCCL's return codes. A communicator's levels (node and rail
-/// communicators, made with ncclCommSplit) are set up at its first eligible call, collectively:
-/// every rank reaches that call alike, since the conditions before it are the same on every
-/// rank of a valid program. Thread-safe; everything shunt adds runs on the caller's stream.
+/// of shunt's knowing (made by ncclCommInitRank(Config|Scalable), ncclCommSplit or
+/// ncclCommShrink, not ncclCommInitAll), with a built-in operation and at least nccl_min_bytes,
+/// where SHUNT_NCCL and the model choose it (plan/nccl.hpp); everything else, ncclSend/ncclRecv
+/// and grouped calls included, goes to NCCL unchanged, with NCCL's return codes. A
+/// communicator's levels (node and rail communicators, made with ncclCommSplit) are set up at its
+/// first eligible call, collectively: every rank reaches that call alike, since the conditions
+/// before it are the same on every rank of a valid program. Thread-safe; everything shunt adds
+/// runs on the caller's stream.
 class nccl_executor {
 public:
     explicit nccl_executor(runtime& rt);
