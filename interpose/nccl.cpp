@@ -105,6 +105,20 @@ const nccl_real& nccl_real::get() noexcept {
     return real;
 }
 
+ncclResult_t nccl_missing(nccl_shim s) noexcept {
+    static std::array<std::atomic<bool>, nccl_shim_count> warned{};
+    const nccl_real& real = nccl_real::get();
+    // An NCCL is there when any of its functions is (ncclGetErrorString is in every version).
+    const bool any = real.get_error_string != nullptr || real.all_reduce != nullptr;
+    const auto i = static_cast<std::size_t>(s);
+    if (!warned[i].exchange(true, std::memory_order_relaxed))
+        log_warn(
+            log_category::init, "%s: %s; the call returns %s", nccl_shim_names[i],
+            any ? "not in this process's NCCL (a version older than the function)" : "no NCCL library in this process",
+            any ? "ncclInvalidUsage" : "ncclSystemError");
+    return any ? ncclInvalidUsage : ncclSystemError;
+}
+
 // ---- the communicators shunt knows ----
 
 /// What shunt keeps of one communicator. Calls on one communicator are serialised by the

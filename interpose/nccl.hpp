@@ -51,6 +51,11 @@ struct nccl_real {
     static const nccl_real& get() noexcept;
 };
 
+/// The answer of shim `s` whose real function the process lacks (an NCCL older than the function,
+/// or none at all): ncclInvalidUsage, or ncclSystemError where no NCCL is found; one warning per
+/// function, naming it. Called by the shims before anything else; thread-safe.
+ncclResult_t nccl_missing(nccl_shim s) noexcept;
+
 /// ncclAllReduce .. ncclCommAbort as the preload library runs them. A collective goes to shunt's
 /// hierarchical schedule (collectives/nccl.hpp) only outside a group, on a blocking communicator
 /// of shunt's knowing (made by ncclCommInitRank(Config|Scalable), ncclCommSplit or
@@ -127,7 +132,6 @@ private:
     std::array<std::atomic<std::uint64_t>, nccl_shim_count> calls_{}, by_shunt_{};
     std::array<std::atomic<std::uint64_t>, pass_reason_count> passed_{};
     std::atomic<std::uint64_t> three_level_{0};  ///< allreduces run over domain, node and rail
-    std::atomic<bool> resolved_warned_{false};
 };
 
 /// This thread's depth of ncclGroupStart/ncclGroupEnd nesting as the shims saw it.

@@ -24,7 +24,8 @@
 
 /// X(name, Name, (parameters), (arguments)) per intercepted function ncclName, with the
 /// parameters of nccl.h's prototype. `name` is the shim enumerator and the nccl_executor member
-/// the shim calls.
+/// the shim calls. Where the process's NCCL lacks one (ncclCommInitRankScalable before NCCL 2.23,
+/// ncclCommShrink before 2.27), the shim answers with an error and one warning (nccl_missing).
 #define SHUNT_NCCL_CALLS(X)                                                                                          \
     X(all_reduce, AllReduce,                                                                                         \
       (const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, \
