@@ -30,11 +30,11 @@ void connect_flow_lanes() noexcept;
 /// decide: k, the kind of lanes, each phase's loads), every rank its settings (debug).
 void log_flow_lanes() noexcept;
 
-/// Called by the shims of ncclCommInitRank, ncclCommInitRankConfig, ncclCommInitAll and
-/// ncclCommSplit before the real call: with SHUNT_FLOW=hashed[:K] (off, auto and pinned set
-/// nothing for NCCL), sets NCCL's queue pairs per connection and data splitting across them
-/// (NCCL_IB_QPS_PER_CONNECTION, NCCL_IB_SPLIT_DATA_ON_QPS) to the planner's k, unless the user
-/// set them. NCCL reads them when the process's first communicator is created, so only the first
+/// Called by the shims of ncclCommInitRank, ncclCommInitRankConfig, ncclCommInitRankScalable,
+/// ncclCommInitAll, ncclCommSplit and ncclCommShrink before the real call: with
+/// SHUNT_FLOW=hashed[:K] (off, auto and pinned set nothing for NCCL), sets NCCL's queue pairs per
+/// connection and data splitting across them (NCCL_IB_QPS_PER_CONNECTION,
+/// NCCL_IB_SPLIT_DATA_ON_QPS) to the planner's k, unless the user set them. NCCL reads them when the process's first communicator is created, so only the first
 /// call does anything. Hashed lanes (RoCE v2: one UDP source port per queue pair). Says what it
 /// set at SHUNT_LOG=debug, and why it set nothing as a warning where the MPI_Init shim has not
 /// said it already. Never throws; thread-safe (one set-up per process).

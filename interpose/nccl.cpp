@@ -105,6 +105,20 @@ const nccl_real& nccl_real::get() noexcept {
     return real;
 }
 
+ncclResult_t nccl_missing(nccl_shim s) noexcept {
+    static std::array<std::atomic<bool>, nccl_shim_count> warned{};
+    const nccl_real& real = nccl_real::get();
+    // An NCCL is there when any of its functions is (ncclGetErrorString is in every version).
+    const bool any = real.get_error_string != nullptr || real.all_reduce != nullptr;
+    const auto i = static_cast<std::size_t>(s);
+    if (!warned[i].exchange(true, std::memory_order_relaxed))
+        log_warn(
+            log_category::init, "%s: %s; the call returns %s", nccl_shim_names[i],
+            any ? "not in this process's NCCL (a version older than the function)" : "no NCCL library in this process",
+            any ? "ncclInvalidUsage" : "ncclSystemError");
+    return any ? ncclInvalidUsage : ncclSystemError;
+}
+
 // ---- the communicators shunt knows ----
 
 /// What shunt keeps of one communicator. Calls on one communicator are serialised by the
@@ -629,6 +643,20 @@ ncclResult_t nccl_executor::comm_init_rank_config(ncclComm_t* comm, int nranks, 
     return r;
 }
 
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 0)
+ncclResult_t nccl_executor::comm_init_rank_scalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                    ncclUniqueId* commIds, ncclConfig_t* config) noexcept {
+    tally(nccl_shim::comm_init_rank_scalable);
+    prepare_nccl_lanes(rt_.cfg());  // as ncclCommInitRank: it may make the process's first communicator
+    const ncclResult_t r = real_.comm_init_rank_scalable(newcomm, nranks, myrank, nId, commIds, config);
+    if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr) {
+        keep(*newcomm, r == ncclSuccess && made_blocking(config, nccl_default_blocking()), false);
+        if (log_rank() < 0) set_log_rank(myrank);
+    }
+    return r;
+}
+#endif
+
 ncclResult_t nccl_executor::comm_init_all(ncclComm_t* comm, int ndev, const int* devlist) noexcept {
     tally(nccl_shim::comm_init_all);
     prepare_nccl_lanes(rt_.cfg());
@@ -654,6 +682,26 @@ ncclResult_t nccl_executor::comm_split(ncclComm_t comm, int color, int key, nccl
     }
     return r;
 }
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+ncclResult_t nccl_executor::comm_shrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                        ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) noexcept {
+    tally(nccl_shim::comm_shrink);
+    prepare_nccl_lanes(rt_.cfg());
+    const ncclResult_t r = real_.comm_shrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+    if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && *newcomm != nullptr) {
+        std::shared_ptr<comm_state> parent;
+        try {
+            parent = state_of(comm);
+        } catch (...) {}
+        // A NULL config inherits the parent's (nccl.h), as a split's does.
+        const bool blocking = parent != nullptr ? parent->blocking : nccl_default_blocking();
+        keep(*newcomm, r == ncclSuccess && made_blocking(config, blocking),
+             parent != nullptr && parent->single_process);
+    }
+    return r;
+}
+#endif
 
 ncclResult_t nccl_executor::comm_finalize(ncclComm_t comm) noexcept {
     tally(nccl_shim::comm_finalize);

@@ -51,15 +51,21 @@ struct nccl_real {
     static const nccl_real& get() noexcept;
 };
 
+/// The answer of shim `s` whose real function the process lacks (an NCCL older than the function,
+/// or none at all): ncclInvalidUsage, or ncclSystemError where no NCCL is found; one warning per
+/// function, naming it. Called by the shims before anything else; thread-safe.
+ncclResult_t nccl_missing(nccl_shim s) noexcept;
+
 /// ncclAllReduce .. ncclCommAbort as the preload library runs them. A collective goes to shunt's
 /// hierarchical schedule (collectives/nccl.hpp) only outside a group, on a blocking communicator
-/// of shunt's knowing (made by ncclCommInitRank(Config) or ncclCommSplit, not ncclCommInitAll),
-/// with a built-in operation and at least nccl_min_bytes, where SHUNT_NCCL and the model choose
-/// it (plan/nccl.hpp); everything else, ncclSend/ncclRecv and grouped calls included, goes to
-/// NCCL unchanged, with NCCL's return codes. A communicator's levels (node and rail
-/// communicators, made with ncclCommSplit) are set up at its first eligible call, collectively:
-/// every rank reaches that call alike, since the conditions before it are the same on every
-/// rank of a valid program. Thread-safe; everything shunt adds runs on the caller's stream.
+/// of shunt's knowing (made by ncclCommInitRank(Config|Scalable), ncclCommSplit or
+/// ncclCommShrink, not ncclCommInitAll), with a built-in operation and at least nccl_min_bytes,
+/// where SHUNT_NCCL and the model choose it (plan/nccl.hpp); everything else, ncclSend/ncclRecv
+/// and grouped calls included, goes to NCCL unchanged, with NCCL's return codes. A
+/// communicator's levels (node and rail communicators, made with ncclCommSplit) are set up at its
+/// first eligible call, collectively: every rank reaches that call alike, since the conditions
+/// before it are the same on every rank of a valid program. Thread-safe; everything shunt adds
+/// runs on the caller's stream.
 class nccl_executor {
 public:
     explicit nccl_executor(runtime& rt);
@@ -126,7 +132,6 @@ private:
     std::array<std::atomic<std::uint64_t>, nccl_shim_count> calls_{}, by_shunt_{};
     std::array<std::atomic<std::uint64_t>, pass_reason_count> passed_{};
     std::atomic<std::uint64_t> three_level_{0};  ///< allreduces run over domain, node and rail
-    std::atomic<bool> resolved_warned_{false};
 };
 
 /// This thread's depth of ncclGroupStart/ncclGroupEnd nesting as the shims saw it.

@@ -8,6 +8,7 @@
 
 using shunt::detail::nccl_executor;
 using shunt::detail::nccl_real;
+using shunt::detail::nccl_shim;
 using shunt::detail::reentry_guard;
 using shunt::detail::runtime;
 
@@ -24,13 +25,15 @@ nccl_executor* active(const reentry_guard& guard) noexcept {
 
 extern "C" {
 
-// No `noexcept`: nccl.h declares these without one (see shims.cpp); they are noexcept in effect.
-#define SHUNT_NCCL_SHIM_(name, Name, params, args)                           \
-    SHUNT_EXPORT ncclResult_t nccl##Name params {                            \
-        const reentry_guard guard;                                           \
-        if (nccl_executor* e = active(guard)) return e->name args;           \
-        if (const auto real = nccl_real::get().name) return real args;       \
-        return ncclSystemError; /* no NCCL in the process behind the shim */ \
+// No `noexcept`: nccl.h declares these without one (see shims.cpp); they are noexcept in effect. A
+// function the process's NCCL lacks never reaches the executor (nccl_missing answers).
+#define SHUNT_NCCL_SHIM_(name, Name, params, args)                                \
+    SHUNT_EXPORT ncclResult_t nccl##Name params {                                 \
+        const reentry_guard guard;                                                \
+        const auto real = nccl_real::get().name;                                  \
+        if (real == nullptr) return shunt::detail::nccl_missing(nccl_shim::name); \
+        if (nccl_executor* e = active(guard)) return e->name args;                \
+        return real args;                                                         \
     }
 SHUNT_NCCL_CALLS(SHUNT_NCCL_SHIM_)
 #undef SHUNT_NCCL_SHIM_

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 EXPECTED = """AllGather AllReduce AlltoAll Bcast Broadcast CommAbort CommCount CommCuDevice CommDeregister CommDestroy
-CommFinalize CommGetAsyncError CommInitAll CommInitRank CommInitRankConfig CommRegister CommSplit CommUserRank Gather
+CommFinalize CommGetAsyncError CommInitAll CommInitRank CommInitRankConfig CommInitRankScalable CommRegister CommShrink
+CommSplit CommUserRank Gather
 GetErrorString GetLastError GetUniqueId GetVersion GroupEnd GroupStart MemAlloc MemFree Recv RedOpCreatePreMulSum
 RedOpDestroy Reduce ReduceScatter Scatter Send""".split()
 

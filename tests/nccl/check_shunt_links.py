@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 INTERCEPTED = """AllReduce ReduceScatter AllGather Broadcast Bcast Reduce Send Recv GroupStart GroupEnd CommInitRank
-CommInitRankConfig CommInitAll CommSplit CommFinalize CommDestroy CommAbort""".split()
+CommInitRankConfig CommInitRankScalable CommInitAll CommSplit CommShrink CommFinalize CommDestroy CommAbort""".split()
 
 
 def run(*cmd):

@@ -1,6 +1,7 @@
 // tests/nccl/double_api.cpp: the NCCL 2.28 API exported by the CPU double: arguments checked as NCCL checks them,
 // group semantics (per-thread nesting, calls queued until the outermost ncclGroupEnd), blocking and non-blocking
-// communicators, init, split, finalize, destroy and abort. Every function has its pnccl* twin.
+// communicators, init (one id or several), split, shrink, finalize, destroy and abort. Every function has its pnccl*
+// twin.
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -429,9 +430,10 @@ ncclResult_t parse_config(const ncclConfig_t* config, bool* blocking) {
     return ncclSuccess;
 }
 
-// NCCL_DOUBLE_ENV_LOG=FILE: each communicator ncclCommInitRank, ncclCommInitRankConfig or ncclCommInitAll creates
-// appends one line to FILE: the NCCL_IB_* variables of the environment at that moment, NAME=VALUE sorted and
-// separated by spaces (an empty line when none), for tests of what a preload set before NCCL read its knobs.
+// NCCL_DOUBLE_ENV_LOG=FILE: each communicator ncclCommInitRank, ncclCommInitRankConfig, ncclCommInitRankScalable or
+// ncclCommInitAll creates appends one line to FILE: the NCCL_IB_* variables of the environment at that moment,
+// NAME=VALUE sorted and separated by spaces (an empty line when none), for tests of what a preload set before NCCL
+// read its knobs.
 void record_environment() {
     const char* path = getenv("NCCL_DOUBLE_ENV_LOG");
     if (path == nullptr || *path == '\0') return;
@@ -575,6 +577,122 @@ void free_comm(comm* c) {
     delete c;
 }
 
+// ncclCommInitRankConfig and ncclCommInitRankScalable (nid ids, the same on every rank; the double meets at the
+// first one, NCCL spreads its bootstrap over all of them): one communicator, in an implicit group.
+ncclResult_t init_rank_config(ncclComm_t* newcomm, int nranks, const ncclUniqueId* ids, int nid, int rank,
+                              const ncclConfig_t* config) {
+    const bool implicit = group.depth == 0;
+    ++group.depth;
+    ncclResult_t r = ncclSuccess;
+    if (nid <= 0 || nid > nranks)
+        r = fail(ncclInvalidArgument, "improper usage of ncclCommInitRank: nId = %d, nranks=%d", nid, nranks);
+    else if (ids == nullptr)
+        r = fail(ncclInvalidArgument, "ncclCommInitRankScalable : commIds argument is NULL");
+    else
+        r = init_rank(newcomm, nranks, ids[0], rank, 0, config);
+    record_group_error(r);
+    const ncclResult_t e = group_end_internal();
+    if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress) r = e;
+    if (r == ncclSuccess && newcomm != nullptr && *newcomm != nullptr) {
+        comm* c = as_comm(*newcomm);
+        if (!c->blocking) return ncclResult_t(c->state.load());
+    }
+    if (r != ncclSuccess && implicit && newcomm != nullptr && *newcomm != nullptr) {  // a blocking init that failed
+        free_comm(as_comm(*newcomm));
+        *newcomm = nullptr;
+    }
+    return r;
+}
+
+// ncclCommShrink's list: not NULL, 1 to nranks - 1 ranks of the parent, none twice, not the caller (NCCL: excluded
+// ranks must not call it). Sorted into *out.
+ncclResult_t check_exclusion(const comm* parent, const int* list, int count, std::vector<int>* out) {
+    if (list == nullptr) return fail(ncclInvalidArgument, "ncclCommShrink : excludeRanksList argument is NULL");
+    if (count <= 0 || count >= parent->nranks)
+        return fail(ncclInvalidArgument, "ncclCommShrink : excludeRanksCount %d outside 1..%d", count,
+                    parent->nranks - 1);
+    out->assign(list, list + count);
+    std::sort(out->begin(), out->end());
+    for (size_t i = 0; i < out->size(); ++i) {
+        const int r = (*out)[i];
+        if (r < 0 || r >= parent->nranks)
+            return fail(ncclInvalidArgument, "ncclCommShrink : rank %d is not in the communicator of %d ranks", r,
+                        parent->nranks);
+        if (i > 0 && (*out)[i - 1] == r)
+            return fail(ncclInvalidArgument, "ncclCommShrink : rank %d is excluded twice", r);
+    }
+    if (std::binary_search(out->begin(), out->end(), parent->rank))
+        return fail(ncclInvalidArgument, "ncclCommShrink : rank %d is excluded, so it must not call ncclCommShrink",
+                    parent->rank);
+    return ncclSuccess;
+}
+
+// NCCL_SHRINK_ABORT: ends the parent's work still in progress (a non-blocking group waiting on a hung peer) without
+// an error, as NCCL's abort flags do; an error the parent had already stays.
+void stop_work(comm* c) {
+    if (c->state.load() != ncclInProgress) return;
+    c->aborting.store(true);
+    drop_job(c);
+    c->aborting.store(false);
+    c->state.store(ncclSuccess);
+}
+
+uint64_t exclusion_digest(const std::vector<int>& excluded) {
+    uint64_t h = mix(excluded.size());
+    for (int r : excluded) h = mix(h ^ uint32_t(r));
+    return h;
+}
+
+// The shrink: an allgather of listening endpoints among the ranks kept, over the parent's connections as messages of
+// their own kind (its sequence number a digest of the list, so that ranks passing different lists fail with a
+// mismatch), then the child's mesh, its ranks in the parent's order.
+ncclResult_t run_shrink(comm* parent, comm* child, const std::vector<int>& excluded) {
+    if (parent->ch.size() != size_t(parent->nranks))
+        return fail(ncclInvalidUsage, "ncclCommShrink : the communicator was never completed");
+    std::vector<int> kept;
+    for (int p = 0; p < parent->nranks; ++p)
+        if (!std::binary_search(excluded.begin(), excluded.end(), p)) kept.push_back(p);
+    const uint64_t digest = exclusion_digest(excluded);
+    uint32_t addr = 0;
+    endpoint ep;
+    int lfd = -1;
+    ncclResult_t r = advertised_address(&addr);
+    if (r == ncclSuccess) r = open_listener(addr, int(kept.size()), &lfd, &ep);
+    split_record mine{0, parent->rank, ep.addr, ep.port, 0};
+    std::vector<split_record> all(size_t(parent->nranks));
+    if (r == ncclSuccess) {
+        op o;
+        o.fn = func::shrink_exchange;
+        o.c = parent;
+        o.sendbuff = &mine;
+        o.recvbuff = all.data();
+        o.count = sizeof(split_record);
+        o.type = ncclUint8;
+        o.peers = kept;
+        o.seq = digest;
+        r = run_ops({&o}, "ncclCommShrink");
+    }
+    if (r != ncclSuccess) {
+        close_fd(lfd);
+        return r;
+    }
+    std::vector<endpoint> table;
+    for (int p : kept) table.push_back(endpoint{all[p].addr, all[p].port});
+    child->nranks = int(kept.size());
+    child->rank = int(std::find(kept.begin(), kept.end(), parent->rank) - kept.begin());
+    child->nonce = mix(parent->nonce ^ mix(digest ^ 0x5348524b00000000ULL));  // "SHRK"
+    const wait_limits w{child->timeout_s, &parent->aborting, "ncclCommShrink"};
+    std::vector<int> fds;
+    r = connect_mesh(child->rank, child->nranks, child->nonce, lfd, table, w, &fds);
+    close_fd(lfd);
+    if (r == ncclSuccess) {
+        install_fds(child, fds);
+        info("ncclCommShrink: comm %p rank %d of %d (parent rank %d of %d) listening on %s", static_cast<void*>(child),
+             child->rank, child->nranks, parent->rank, parent->nranks, to_string(ep).c_str());
+    }
+    return r;
+}
+
 }  // namespace
 }  // namespace shunt::test_double
 
@@ -654,23 +772,14 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclGroupEnd) {
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                  ncclConfig_t* config) {
-    return guarded("ncclCommInitRankConfig", [&]() -> ncclResult_t {
-        const bool implicit = group.depth == 0;
-        ++group.depth;
-        ncclResult_t r = init_rank(comm, nranks, commId, rank, 0, config);
-        record_group_error(r);
-        const ncclResult_t e = group_end_internal();
-        if (r == ncclSuccess && e != ncclSuccess && e != ncclInProgress) r = e;
-        if (r == ncclSuccess && comm != nullptr && *comm != nullptr) {
-            shunt::test_double::comm* c = as_comm(*comm);
-            if (!c->blocking) return ncclResult_t(c->state.load());
-        }
-        if (r != ncclSuccess && implicit && comm != nullptr && *comm != nullptr) {  // a blocking init that failed
-            free_comm(as_comm(*comm));
-            *comm = nullptr;
-        }
-        return r;
-    });
+    return guarded("ncclCommInitRankConfig",
+                   [&]() -> ncclResult_t { return init_rank_config(comm, nranks, &commId, 1, rank, config); });
+}
+
+SHUNT_DOUBLE_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                 ncclUniqueId* commIds, ncclConfig_t* config) {
+    return guarded("ncclCommInitRankScalable",
+                   [&]() -> ncclResult_t { return init_rank_config(newcomm, nranks, commIds, nId, myrank, config); });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
@@ -754,6 +863,56 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int ke
                                      [=](ncclResult_t) {
                                          if (child != nullptr) free_comm(child);
                                      }});
+            child = nullptr;  // the job owns it
+        }
+        delete child;
+        record_group_error(r);
+        const ncclResult_t e = group_end_internal();
+        if (e != ncclSuccess && e != ncclInProgress) return e;
+        return r;
+    });
+}
+
+// Collective over the ranks kept; the excluded ones do not call it. A NULL config inherits the parent's blocking mode.
+// NCCL_SHRINK_ABORT first ends the parent's work in progress; other flag bits are ignored, as NCCL 2.28 does.
+SHUNT_DOUBLE_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                 ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+    return guarded("ncclCommShrink", [&]() -> ncclResult_t {
+        ++group.depth;
+        shunt::test_double::comm* parent = nullptr;
+        shunt::test_double::comm* child = nullptr;
+        std::vector<int> excluded;
+        const bool abort = (shrinkFlags & NCCL_SHRINK_ABORT) != 0;
+        ncclResult_t r = check_comm(comm, "ncclCommShrink", &parent);
+        if (r == ncclSuccess && newcomm == nullptr)
+            r = fail(ncclInvalidArgument, "ncclCommShrink : newcomm argument is NULL");
+        if (r == ncclSuccess) r = check_exclusion(parent, excludeRanksList, excludeRanksCount, &excluded);
+        if (r == ncclSuccess && abort) stop_work(parent);
+        if (r == ncclSuccess) r = ensure_ready(parent);
+        if (r == ncclSuccess) {
+            *newcomm = nullptr;  // until the shrink is complete
+            bool blocking = parent->blocking;
+            if (config != nullptr) r = parse_config(config, &blocking);
+            if (r == ncclSuccess) {
+                child = new shunt::test_double::comm;
+                child->blocking = blocking;
+                child->cuda_dev = parent->cuda_dev;
+                child->timeout_s = parent->timeout_s;
+            }
+        }
+        if (r == ncclSuccess) r = check_blocking(parent);
+        if (r == ncclSuccess) {
+            group.jobs.push_back(job{parent, parent,
+                                     [=] {
+                                         ncclResult_t s = run_shrink(parent, child, excluded);
+                                         if (s == ncclSuccess)
+                                             __atomic_store_n(newcomm, as_handle(child), __ATOMIC_RELEASE);
+                                         else
+                                             free_comm(child);
+                                         if (!parent->blocking) parent->state.store(s);
+                                         return s;
+                                     },
+                                     [=](ncclResult_t) { free_comm(child); }});
             child = nullptr;  // the job owns it
         }
         delete child;

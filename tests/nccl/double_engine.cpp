@@ -30,6 +30,7 @@ const char* func_name(func f) {
         case func::send: return "ncclSend";
         case func::recv: return "ncclRecv";
         case func::split_exchange: return "ncclCommSplit";
+        case func::shrink_exchange: return "ncclCommShrink";
     }
     return "?";
 }
@@ -140,15 +141,16 @@ ncclResult_t start_coll(const run_ctx& x, op* o) {
     const size_t bytes = o->count * type_size(o->type);
     const char* send = static_cast<const char*>(o->sendbuff);
     char* recv = static_cast<char*>(o->recvbuff);
-    o->seq = c->coll_seq++;
+    if (o->fn != func::shrink_exchange) o->seq = c->coll_seq++;
     // The slot of peer p in the staging buffer (the rank itself has none).
     auto slot = [&](int p) { return o->staging.data() + size_t(p < me ? p : p - 1) * bytes; };
     ncclResult_t r = ncclSuccess;
+    const msg_kind kind = o->fn == func::shrink_exchange ? kind_shrink : kind_coll;
     auto tx = [&](int p, const void* d) {
-        if (r == ncclSuccess) r = push_tx(x, o, p, d, bytes, kind_coll, o->seq);
+        if (r == ncclSuccess) r = push_tx(x, o, p, d, bytes, kind, o->seq);
     };
     auto rx = [&](int p, void* d) {
-        if (r == ncclSuccess) r = post_rx(x, o, p, d, bytes, kind_coll, o->seq);
+        if (r == ncclSuccess) r = post_rx(x, o, p, d, bytes, kind, o->seq);
     };
     switch (o->fn) {
         case func::allreduce:
@@ -182,6 +184,10 @@ ncclResult_t start_coll(const run_ctx& x, op* o) {
         case func::allgather:
         case func::split_exchange:
             for (int p = 0; p < n; ++p)
+                if (p != me) tx(p, send), rx(p, recv + size_t(p) * bytes);
+            break;
+        case func::shrink_exchange:
+            for (int p : o->peers)
                 if (p != me) tx(p, send), rx(p, recv + size_t(p) * bytes);
             break;
         case func::gather:
@@ -234,7 +240,8 @@ void finish_coll(op* o) {
             if (me == o->root) copy(recv, send, bytes);
             break;
         case func::allgather:
-        case func::split_exchange: copy(recv + size_t(me) * bytes, send, bytes); break;
+        case func::split_exchange:
+        case func::shrink_exchange: copy(recv + size_t(me) * bytes, send, bytes); break;
         case func::alltoall:
             copy(recv + size_t(me) * bytes, send + size_t(me) * bytes, bytes);
             for (int p = 0; p < n; ++p)
@@ -256,14 +263,14 @@ void finish_coll(op* o) {
 
 // Whether the peer still owes or is owed something in this run.
 bool expects_more(const channel& ch) {
-    return !ch.txq.empty() || !ch.posted[0].empty() || !ch.posted[1].empty() ||
-           (ch.in_body && ch.body_post.owner != nullptr);
+    return !ch.txq.empty() || !ch.posted[kind_coll].empty() || !ch.posted[kind_p2p].empty() ||
+           !ch.posted[kind_shrink].empty() || (ch.in_body && ch.body_post.owner != nullptr);
 }
 
 // A message's header is complete: read its body into the posted receive, or keep it as unexpected.
 ncclResult_t begin_body(const run_ctx& x, comm* c, int peer, channel& ch) {
     const header& h = ch.hdr;
-    if (h.magic != msg_magic || h.kind > kind_p2p)
+    if (h.magic != msg_magic || h.kind >= msg_kinds)
         return fail(ncclInternalError, "%s: rank %d read a corrupt message header from rank %d", x.call, c->rank, peer);
     ch.in_body = true;
     ch.body_got = 0;
@@ -388,7 +395,9 @@ std::string describe_wait(const std::vector<work>& works) {
             if (!s.empty()) s += ", ";
             s += "rank " + std::to_string(w.c->rank) + " of " + std::to_string(w.c->nranks) + " with rank " +
                  std::to_string(p) + " (" + std::to_string(ch.txq.size()) + " to send, " +
-                 std::to_string(ch.posted[0].size() + ch.posted[1].size()) + " to receive)";
+                 std::to_string(ch.posted[kind_coll].size() + ch.posted[kind_p2p].size() +
+                                ch.posted[kind_shrink].size()) +
+                 " to receive)";
         }
     return s;
 }
@@ -471,12 +480,16 @@ ncclResult_t engine(const run_ctx& x, std::vector<work>& works) {
     }
 }
 
-// After a failure nothing queued on these communicators can complete: drop it.
+// After a failure nothing queued on these communicators can complete: drop it. A message being read into a
+// receive of the failed run is read on into a buffer of its own (its receive is gone).
 void reset(comm* c) {
     for (channel& ch : c->ch) {
+        if (ch.in_body && ch.body_post.owner != nullptr) {
+            ch.body_post = rx_post{};
+            ch.body_buf.assign(ch.hdr.bytes, 0);
+        }
         ch.txq.clear();
-        ch.posted[0].clear();
-        ch.posted[1].clear();
+        for (auto& q : ch.posted) q.clear();
     }
     c->self_sends.clear();
     c->self_recvs.clear();

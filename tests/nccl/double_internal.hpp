@@ -102,12 +102,15 @@ enum class func : uint16_t {
     scatter,
     send,
     recv,
-    split_exchange
+    split_exchange,
+    shrink_exchange  // an allgather among the ranks that ncclCommShrink keeps (op::peers)
 };
 const char* func_name(func f);
 
-/// Collective and point-to-point messages are matched separately, each in order per pair of ranks.
-enum msg_kind : uint16_t { kind_coll = 0, kind_p2p = 1 };
+/// Collective, point-to-point and shrink messages are matched separately, each in order per pair of ranks. The
+/// shrink's own kind keeps it apart from the parent's collectives, in which the excluded ranks take no part and
+/// which NCCL_SHRINK_ABORT may have cut short.
+enum msg_kind : uint16_t { kind_coll = 0, kind_p2p = 1, kind_shrink = 2, msg_kinds = 3 };
 
 /// What precedes every message on a connection: the receiver checks kind, function, sequence number and size.
 struct header {
@@ -130,6 +133,9 @@ struct op {
     ncclDataType_t type = ncclInt8;
     red_spec red;
     int root = 0;  // the root, or the peer of a send or receive
+    // shrink_exchange: the parent's ranks taking part; its seq is set by the caller (the parent's collectives keep
+    // theirs).
+    std::vector<int> peers;
     // Execution state.
     uint64_t seq = 0;
     size_t pending_tx = 0, pending_rx = 0;
@@ -160,8 +166,8 @@ struct channel {
     int fd = -1;
     bool closed = false;  // the peer closed it: fine unless something more is expected
     std::deque<tx_item> txq;
-    std::deque<rx_post> posted[2];
-    std::deque<unexpected_msg> unexpected[2];
+    std::deque<rx_post> posted[msg_kinds];
+    std::deque<unexpected_msg> unexpected[msg_kinds];
     // The message being read.
     header hdr{};
     size_t hdr_got = 0;

@@ -10,9 +10,12 @@
 // size divides and that it does not, 0 and 1; reduce-scatter, allgather, broadcast, ncclBcast and
 // reduce from every root, in place and not; send and receive in groups; a collective inside a
 // group; a split communicator; two threads on two communicators at once; a non-blocking
-// communicator; finalize, destroy and abort. Integer results and sums of small integers are exact
-// in every order and enter the hash; averages and sums of random floats are checked against a
-// tolerance for reassociation and run twice to check they are the same bits both times.
+// communicator; a communicator from ncclCommInitRankScalable and one shrunk from it with
+// ncclCommShrink; finalize, destroy and abort. Integer results and sums of small integers are
+// exact in every order and enter the hash; averages and sums of random floats are checked against
+// a tolerance for reassociation and run twice to check they are the same bits both times.
+// `nccl-ops --creators` runs only the scalable-made and the shrunk communicators (so that
+// SHUNT_REPORT's counts of shunt's allreduces are theirs alone).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -21,13 +24,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <memory>
-#include <new>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -128,7 +131,8 @@ constexpr bool is_float() {
 /// wraps as C does, the same in every order).
 template <class T>
 T value(int r, std::size_t i, int salt) {
-    const long v = static_cast<long>((i * 7 + static_cast<std::size_t>(r) * 13 + static_cast<std::size_t>(salt)) % 5) - 2;
+    const long v =
+        static_cast<long>((i * 7 + static_cast<std::size_t>(r) * 13 + static_cast<std::size_t>(salt)) % 5) - 2;
     if constexpr (std::is_same_v<T, std::uint8_t>) return static_cast<std::uint8_t>(v + 3);
     return from_double<T>(static_cast<double>(v));
 }
@@ -184,11 +188,12 @@ void allreduces(ncclComm_t comm, int n, int me, const char* tname) {
                 buf<T> in(c), out(c + 3, from_double<T>(9)), want(c + 3, from_double<T>(9));
                 for (std::size_t i = 0; i < c; ++i) in[i] = value<T>(me, i, salt), want[i] = reduced<T>(n, i, op, salt);
                 if (in_place) std::copy(in.begin(), in.end(), out.begin());
-                nccl_ok(ncclAllReduce(in_place ? out.data() : in.data(), out.data(), c, nccl_type<T>(), op, comm, nullptr),
-                        "ncclAllReduce");
-                require(std::memcmp(out.data(), want.data(), sizeof(T) * out.size()) == 0, "ncclAllReduce",
-                        std::string(tname) + " " + op_name(op) + " x " + std::to_string(c) +
-                            (in_place ? " in place" : ""));
+                nccl_ok(
+                    ncclAllReduce(in_place ? out.data() : in.data(), out.data(), c, nccl_type<T>(), op, comm, nullptr),
+                    "ncclAllReduce");
+                require(
+                    std::memcmp(out.data(), want.data(), sizeof(T) * out.size()) == 0, "ncclAllReduce",
+                    std::string(tname) + " " + op_name(op) + " x " + std::to_string(c) + (in_place ? " in place" : ""));
                 mix(out.data(), sizeof(T) * out.size());
             }
 }
@@ -241,18 +246,20 @@ void gathers(ncclComm_t comm, int n, int me) {
             // reduce-scatter: rank r gets block r of the sum
             buf<std::int32_t> in(c * static_cast<std::size_t>(n)), out(c + 2, -7), want(c + 2, -7);
             for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<std::int32_t>(me, i, 5);
-            for (std::size_t i = 0; i < c; ++i) want[i] = reduced<std::int32_t>(n, static_cast<std::size_t>(me) * c + i, ncclSum, 5);
+            for (std::size_t i = 0; i < c; ++i)
+                want[i] = reduced<std::int32_t>(n, static_cast<std::size_t>(me) * c + i, ncclSum, 5);
             if (in_place) {
                 buf<std::int32_t> io = in;
-                nccl_ok(ncclReduceScatter(io.data(), io.data() + static_cast<std::size_t>(me) * c, c, ncclInt32, ncclSum,
-                                          comm, nullptr),
+                nccl_ok(ncclReduceScatter(io.data(), io.data() + static_cast<std::size_t>(me) * c, c, ncclInt32,
+                                          ncclSum, comm, nullptr),
                         "ncclReduceScatter");
                 require(std::equal(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(c),
                                    io.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(me) * c)),
                         "ncclReduceScatter in place", std::to_string(c));
                 mix(io.data() + static_cast<std::size_t>(me) * c, sizeof(std::int32_t) * c);
             } else {
-                nccl_ok(ncclReduceScatter(in.data(), out.data(), c, ncclInt32, ncclSum, comm, nullptr), "ncclReduceScatter");
+                nccl_ok(ncclReduceScatter(in.data(), out.data(), c, ncclInt32, ncclSum, comm, nullptr),
+                        "ncclReduceScatter");
                 require(out == want, "ncclReduceScatter", std::to_string(c));
                 mix(out.data(), sizeof(std::int32_t) * out.size());
             }
@@ -261,7 +268,9 @@ void gathers(ncclComm_t comm, int n, int me) {
             for (std::size_t i = 0; i < c; ++i) mine[i] = value<float>(me, i, 9);
             for (int r = 0; r < n; ++r)
                 for (std::size_t i = 0; i < c; ++i) wall[static_cast<std::size_t>(r) * c + i] = value<float>(r, i, 9);
-            if (in_place) std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(me) * c));
+            if (in_place)
+                std::copy(mine.begin(), mine.end(),
+                          all.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(me) * c));
             nccl_ok(ncclAllGather(in_place ? all.data() + static_cast<std::size_t>(me) * c : mine.data(), all.data(), c,
                                   ncclFloat32, comm, nullptr),
                     "ncclAllGather");
@@ -275,7 +284,8 @@ void roots(ncclComm_t comm, int n, int me) {
         for (std::size_t c : {std::size_t{1}, std::size_t{300000}})
             for (int in_place = 0; in_place < 2; ++in_place) {
                 buf<std::int64_t> bb(c, me), src(c), want(c);
-                for (std::size_t i = 0; i < c; ++i) src[i] = value<std::int64_t>(root, i, 11) * 1000 + root, want[i] = src[i];
+                for (std::size_t i = 0; i < c; ++i)
+                    src[i] = value<std::int64_t>(root, i, 11) * 1000 + root, want[i] = src[i];
                 if (me == root && in_place) bb = src;
                 nccl_ok(ncclBroadcast(in_place || me != root ? bb.data() : src.data(), bb.data(), c, ncclInt64, root,
                                       comm, nullptr),
@@ -292,8 +302,8 @@ void roots(ncclComm_t comm, int n, int me) {
                 if (me == root)
                     for (std::size_t i = 0; i < c; ++i) rw[i] = reduced<std::int32_t>(n, i, ncclMax, 13);
                 if (in_place && me == root) out = in;
-                nccl_ok(ncclReduce(in_place && me == root ? out.data() : in.data(), out.data(), c, ncclInt32, ncclMax, root,
-                                   comm, nullptr),
+                nccl_ok(ncclReduce(in_place && me == root ? out.data() : in.data(), out.data(), c, ncclInt32, ncclMax,
+                                   root, comm, nullptr),
                         "ncclReduce");
                 if (me == root) {
                     require(out == rw, "ncclReduce", "root " + std::to_string(root));
@@ -336,7 +346,8 @@ void threads(ncclComm_t comm, int n, int me) {
             for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<std::int32_t>(me, i, 20 + k);
             out[k].resize(in.size());
             for (int round = 0; round < 3; ++round)
-                if (ncclAllReduce(in.data(), out[k].data(), in.size(), ncclInt32, ncclSum, two[k], nullptr) != ncclSuccess)
+                if (ncclAllReduce(in.data(), out[k].data(), in.size(), ncclInt32, ncclSum, two[k], nullptr) !=
+                    ncclSuccess)
                     out[k].clear();
             sync_device();
         });
@@ -395,6 +406,53 @@ void others(ncclComm_t comm, int n, int me) {
     nccl_ok(ncclCommAbort(nb), "ncclCommAbort");
 }
 
+/// A communicator from ncclCommInitRankScalable (ids made by the first and the last rank) and one
+/// shrunk from it without the odd ranks (ncclCommShrink; the odd ranks do not call it, the even
+/// ones are renumbered in order): an allreduce of 1.2 MB on each, checked.
+void creators(int n, int me) {
+    const int nid = std::min(n, 2);
+    std::vector<ncclUniqueId> ids(static_cast<std::size_t>(nid));
+    for (int k = 0; k < nid; ++k) {
+        const int maker = k == 0 ? 0 : n - 1;
+        std::memset(&ids[static_cast<std::size_t>(k)], 0, sizeof(ncclUniqueId));
+        if (me == maker) nccl_ok(ncclGetUniqueId(&ids[static_cast<std::size_t>(k)]), "ncclGetUniqueId");
+        MPI_Bcast(&ids[static_cast<std::size_t>(k)], sizeof(ncclUniqueId), MPI_BYTE, maker, MPI_COMM_WORLD);
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    ncclComm_t scalable = nullptr;
+    nccl_ok(ncclCommInitRankScalable(&scalable, n, me, nid, ids.data(), &config), "ncclCommInitRankScalable");
+    buf<std::int32_t> in(300000), out(in.size());
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<std::int32_t>(me, i, 40);
+    nccl_ok(ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, scalable, nullptr),
+            "ncclAllReduce on a scalable-made communicator");
+    for (std::size_t i = 0; i < in.size(); ++i)
+        if (out[i] != reduced<std::int32_t>(n, i, ncclSum, 40)) fail("scalable allreduce", std::to_string(i));
+    ++checks;
+    mix(out.data(), sizeof(std::int32_t) * out.size());
+    if (n > 1 && me % 2 == 0) {
+        std::vector<int> odd;
+        for (int q = 1; q < n; q += 2) odd.push_back(q);
+        ncclComm_t shrunk = nullptr;
+        nccl_ok(
+            ncclCommShrink(scalable, odd.data(), static_cast<int>(odd.size()), &shrunk, nullptr, NCCL_SHRINK_DEFAULT),
+            "ncclCommShrink");
+        int sn = 0, sme = -1;
+        nccl_ok(ncclCommCount(shrunk, &sn), "ncclCommCount");
+        nccl_ok(ncclCommUserRank(shrunk, &sme), "ncclCommUserRank");
+        require(sn == (n + 1) / 2 && sme == me / 2, "ncclCommShrink: the even ranks, renumbered in order");
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = value<std::int32_t>(sme, i, 41);
+        nccl_ok(ncclAllReduce(in.data(), out.data(), in.size(), ncclInt32, ncclSum, shrunk, nullptr),
+                "ncclAllReduce on a shrunk communicator");
+        for (std::size_t i = 0; i < in.size(); ++i)
+            if (out[i] != reduced<std::int32_t>(sn, i, ncclSum, 41)) fail("shrunk allreduce", std::to_string(i));
+        ++checks;
+        mix(out.data(), sizeof(std::int32_t) * out.size());
+        nccl_ok(ncclCommDestroy(shrunk), "ncclCommDestroy");
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the odd ranks keep the parent until the shrink is done
+    nccl_ok(ncclCommDestroy(scalable), "ncclCommDestroy");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -408,6 +466,13 @@ int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (argc == 2 && std::strcmp(argv[1], "--creators") == 0) {
+        creators(world_size, world_rank);
+        std::printf("rank %d: %lld NCCL results checked, hash %016llx\n", world_rank, checks,
+                    static_cast<unsigned long long>(hash));
+        MPI_Finalize();
+        return 0;
+    }
     ncclComm_t comm = nullptr;
     nccl_ok(ncclCommInitRank(&comm, world_size, shared_id(MPI_COMM_WORLD), world_rank), "ncclCommInitRank");
     const int n = world_size, me = world_rank;
@@ -424,9 +489,11 @@ int main(int argc, char** argv) {
     grouped(comm, n, me);
     threads(comm, n, me);
     others(comm, n, me);
+    creators(n, me);
     nccl_ok(ncclCommFinalize(comm), "ncclCommFinalize");
     nccl_ok(ncclCommDestroy(comm), "ncclCommDestroy");
-    std::printf("rank %d: %lld NCCL results checked, hash %016llx\n", me, checks, static_cast<unsigned long long>(hash));
+    std::printf("rank %d: %lld NCCL results checked, hash %016llx\n", me, checks,
+                static_cast<unsigned long long>(hash));
     MPI_Finalize();
     return 0;
 }

@@ -2,9 +2,9 @@
 """tests/nccl/run_nccl_lanes.py: NCCL's lane knobs under the preload. Runs nccl-lanes (linked to the CPU double) with
 libshunt.so preloaded and SHUNT_FLOW in several forms; the double appends the NCCL_IB_* variables it saw at each
 communicator's creation to NCCL_DOUBLE_ENV_LOG, and each case's expected variables come from the case itself:
-hashed:K gives NCCL_IB_QPS_PER_CONNECTION=K and NCCL_IB_SPLIT_DATA_ON_QPS=1 whichever entry creates the first
-communicator, a value the user set is kept, and off, unset, auto, pinned, hashed:1, SHUNT_DISABLE and no preload
-set nothing. Also the debug log line and the warnings, and (with --mpiexec) the same under MPI at 2 ranks.
+hashed:K gives NCCL_IB_QPS_PER_CONNECTION=K and NCCL_IB_SPLIT_DATA_ON_QPS=1 whichever entry (ncclCommInitRank,
+ncclCommInitRankConfig, ncclCommInitRankScalable, ncclCommInitAll) creates the first communicator, a value the
+user set is kept, and off, unset, auto, pinned, hashed:1, SHUNT_DISABLE and no preload set nothing. Also the debug log line and the warnings, and (with --mpiexec) the same under MPI at 2 ranks.
 
   run_nccl_lanes.py --lib L [--mpiexec M [--mpiexec-arg A]... --flavour F] PROGRAM
 
@@ -91,7 +91,7 @@ def main():
     ap.add_argument("--flavour", choices=["openmpi", "mpich"])
     ap.add_argument("program")
     args = ap.parse_args()
-    comms = {"rank": 1, "config": 1, "all": 2}
+    comms = {"rank": 1, "config": 1, "scalable": 1, "all": 2}
     host = socket.gethostname()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -99,6 +99,7 @@ def main():
             for entry, n in comms.items():
                 expect(args, tmp, entry, {"SHUNT_FLOW": "hashed:4"}, {QPS: "4", SPLIT: "1"}, n)
             expect(args, tmp, "rank", {"SHUNT_FLOW": "hashed:3"}, {QPS: "3", SPLIT: "1"}, 1)
+            expect(args, tmp, "scalable", {"SHUNT_FLOW": "hashed:2", QPS: "3"}, {QPS: "3", SPLIT: "1"}, 1)
             # With a fabric that lists this host, hashed:K still takes K.
             fabric = f"spines=2;leaves={{{host},other-a|other-b,other-c}}"
             expect(args, tmp, "config", {"SHUNT_FLOW": "hashed:2", "SHUNT_FABRIC": fabric}, {QPS: "2", SPLIT: "1"}, 1)
@@ -125,7 +126,7 @@ def main():
                    {QPS: "2", SPLIT: "1"}, 1, stderr_has=[f"kept {QPS}=2", f"{SPLIT}=1"])
             # Under MPI (MPI_Init's own lane set-up first), each rank's communicator.
             if args.mpiexec:
-                for entry in ["rank", "config"]:
+                for entry in ["rank", "config", "scalable"]:
                     expect(args, tmp, entry, {"SHUNT_FLOW": "hashed:4"}, {QPS: "4", SPLIT: "1"}, 2, mpi=True,
                            quiet=False)
                     expect(args, tmp, entry, {"SHUNT_FLOW": "auto"}, {}, 2, mpi=True, quiet=False)

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """tests/nccl/run_nccl_preload.py: runs an unmodified NCCL program (linked to the CPU double) without and with
 libshunt.so preloaded, and requires the same results in every configuration, clean stderr by default, and
-shunt's schedules to have run where SHUNT_NCCL=shunt asks for them.
+shunt's schedules to have run where SHUNT_NCCL=shunt asks for them: also on the communicators made by
+ncclCommInitRankScalable and ncclCommShrink (PROGRAM --creators, where they are the only ones), whose creation
+SHUNT_REPORT must count.
 
   run_nccl_preload.py --mpiexec M [--mpiexec-arg A]... --flavour F --lib L --ranks N [--topology SPEC|auto]
                       [--per-node K] [--per-domain J] PROGRAM
@@ -27,7 +29,7 @@ class Failure(Exception):
     pass
 
 
-def run(args, preload, env):
+def run(args, preload, env, program_args=()):
     cmd = [args.mpiexec] + (args.mpiexec_arg or []) + ["-n", str(args.ranks)]
     if preload:
         cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
@@ -38,7 +40,7 @@ def run(args, preload, env):
         for k in sorted(full):
             if k.startswith("SHUNT_") or k.startswith("NCCL_"):
                 cmd += ["-x", k]
-    cmd += [os.path.abspath(args.program)]
+    cmd += [os.path.abspath(args.program)] + list(program_args)
     text = " ".join(f"{k}={v}" for k, v in env.items()) + " " + " ".join(cmd)
     try:
         p = subprocess.run(cmd, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=TIMEOUT, text=True)
@@ -85,11 +87,11 @@ def shunt_lines(stderr):
     return [l for l in lines if l.startswith("shunt[")] if LAUNCHER_NOISE else [l for l in lines if l.strip()]
 
 
-def shunt_counts(stderr):
-    """Per call, the calls shunt ran, summed over the ranks' report lines."""
+def shunt_counts(stderr, group=3):
+    """Per call, the calls shunt ran (group=2: the calls intercepted), summed over the ranks' report lines."""
     total = {}
     for m in re.finditer(r"(nccl\w+) (\d+) \(shunt (\d+)\)", stderr):
-        total[m.group(1)] = total.get(m.group(1), 0) + int(m.group(3))
+        total[m.group(1)] = total.get(m.group(1), 0) + int(m.group(group))
     return total
 
 
@@ -149,6 +151,30 @@ def main():
         for call in ["ncclSend", "ncclRecv"]:
             if counts.get(call, 0) != 0:
                 raise Failure(f"{text}: {call} is always NCCL's:\n{err}")
+        # Every rank made a communicator with ncclCommInitRankScalable, the even ones shrank it.
+        kept = (args.ranks + 1) // 2 if args.ranks > 1 else 0
+        calls = shunt_counts(err, group=2)
+        if calls.get("ncclCommInitRankScalable", 0) != args.ranks or calls.get("ncclCommShrink", 0) != kept:
+            raise Failure(f"{text}: intercepted ncclCommInitRankScalable {calls.get('ncclCommInitRankScalable', 0)} "
+                          f"and ncclCommShrink {calls.get('ncclCommShrink', 0)} times, not {args.ranks} and {kept}:\n"
+                          f"{err}")
+        # Those two communicators alone: shunt knows them, so its schedule runs their allreduce wherever their ranks
+        # form the levels it needs (counted as for the others: nodes of --per-node ranks, or domains in one node).
+        def eligible(m):
+            return m > 0 and m % args.per_node == 0 and (m >= 2 * args.per_node or (domains and m >= args.per_node))
+        want_c, _, _ = run(args, False, {}, ["--creators"])
+        got, err, text = run(args, True, env, ["--creators"])
+        if got != want_c:
+            raise Failure(f"{text}: results differ from the run without shunt:\n{got}\n{want_c}")
+        ran = shunt_counts(err).get("ncclAllReduce", 0)
+        expected = args.ranks * eligible(args.ranks) + kept * eligible(kept)
+        if ran != expected:
+            raise Failure(f"{text}: shunt ran {ran} allreduces on the scalable-made and shrunk communicators, "
+                          f"expected {expected}:\n{err}")
+        if domains and three_level_count(err) != ran:
+            raise Failure(f"{text}: every allreduce of shunt's must run over domain+node+rail:\n{err}")
+        print(f"--creators, SHUNT_NCCL=shunt: same results; shunt ran {ran} allreduces on the scalable-made and "
+              f"shrunk communicators")
         print(f"SHUNT_NCCL=shunt, topology {args.topology}, at {args.ranks} ranks: same results; shunt ran " +
               ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v) +
               (f" ({three} allreduces over domain+node+rail)" if three else ""))
@@ -191,7 +217,7 @@ def main():
                     if shunt_counts(err).get("ncclAllReduce", 0) == 0 or three_level_count(err) != 0:
                         raise Failure(f"{text}: the tables favour the two-level allreduce:\n{err}")
                     print("SHUNT_NCCL=auto, two levels measured faster: shunt ran ncclAllReduce over node+rail")
-        runs = 5 + (1 if args.shunt_info and (hierarchical or domains) else 0) + \
+        runs = 7 + (1 if args.shunt_info and (hierarchical or domains) else 0) + \
             (1 if args.shunt_info and domains and hierarchical else 0)
         print(f"{args.ranks} ranks: {len(want)} result lines equal in {runs} configurations")
     except Failure as e:

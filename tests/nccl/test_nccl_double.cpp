@@ -781,6 +781,195 @@ TEST_CASE("split: colors order ranks by key, NOCOLOR gets no communicator, split
     check_allreduce<f32>(w, ncclSum, 5, true, 1404);  // the parent is still in step
 }
 
+TEST_CASE("ncclCommInitRankScalable: several unique ids, the same on every rank; bad arguments") {
+    const int n = world_size(), me = world_rank();
+    // Up to two ids, made by rank 0 and the last rank, handed to every rank in the same order.
+    const int nid = std::min(n, 2);
+    std::vector<ncclUniqueId> ids(static_cast<size_t>(nid));
+    for (int k = 0; k < nid; ++k) {
+        const int maker = k == 0 ? 0 : n - 1;
+        int ok = 1;
+        if (me == maker) ok = ncclGetUniqueId(&ids[size_t(k)]) == ncclSuccess;
+        MPI_Bcast(&ids[size_t(k)], sizeof(ncclUniqueId), MPI_BYTE, maker, MPI_COMM_WORLD);
+        MPI_Bcast(&ok, 1, MPI_INT, maker, MPI_COMM_WORLD);
+        REQUIRE(ok);
+    }
+    ncclComm_t c = nullptr;
+    REQUIRE(ncclCommInitRankScalable(&c, n, me, nid, ids.data(), nullptr) == ncclSuccess);
+    REQUIRE(c != nullptr);
+    CHECK(count_of(c) == n);
+    CHECK(rank_of(c) == me);
+    check_allreduce<f32>(c, ncclSum, 1001, false, 2000);
+    check_allgather<i64>(c, 17, false, 2001);
+    CHECK(ncclCommDestroy(c) == ncclSuccess);
+
+    // With a config: non-blocking, then used as any communicator.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclUniqueId one = shared_id();
+    ncclComm_t nb = nullptr;
+    const ncclResult_t init = ncclCommInitRankScalable(&nb, n, me, 1, &one, &config);
+    CHECK((init == ncclInProgress || init == ncclSuccess));
+    REQUIRE(nb != nullptr);
+    CHECK(wait_ready(nb) == ncclSuccess);
+    std::vector<int32_t> a(33), r(33);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = input<i32>(me, i, 2002);
+    const ncclResult_t ar = ncclAllReduce(a.data(), r.data(), a.size(), ncclInt32, ncclMax, nb, nullptr);
+    CHECK((ar == ncclInProgress || ar == ncclSuccess));
+    CHECK(wait_ready(nb) == ncclSuccess);
+    CHECK(first_bad(r.data(), r.size(), [&](size_t i) {
+              return fold<i32>(
+                  ncclMax, n, [&](int q) { return input<i32>(q, i, 2002); }, nullptr);
+          }) == none);
+    CHECK(ncclCommDestroy(nb) == ncclSuccess);
+
+    // As NCCL: nId in 1..nranks, ids not NULL; nothing is communicated.
+    ncclComm_t bad = nullptr;
+    CHECK(ncclCommInitRankScalable(&bad, n, me, 0, ids.data(), nullptr) == ncclInvalidArgument);
+    CHECK(std::string(ncclGetLastError(nullptr)).find("nId = 0") != std::string::npos);
+    CHECK(ncclCommInitRankScalable(&bad, n, me, n + 1, ids.data(), nullptr) == ncclInvalidArgument);
+    CHECK(ncclCommInitRankScalable(&bad, n, me, -1, ids.data(), nullptr) == ncclInvalidArgument);
+    CHECK(ncclCommInitRankScalable(&bad, n, me, 1, nullptr, nullptr) == ncclInvalidArgument);
+    CHECK(ncclCommInitRankScalable(nullptr, n, me, 1, ids.data(), nullptr) == ncclInvalidArgument);
+    CHECK(ncclCommInitRankScalable(&bad, n, n, 1, ids.data(), nullptr) == ncclInvalidArgument);
+    CHECK(bad == nullptr);
+    // In the user's group the error also fails the group.
+    CHECK(ncclGroupStart() == ncclSuccess);
+    CHECK(ncclCommInitRankScalable(&bad, n, me, 0, ids.data(), nullptr) == ncclInvalidArgument);
+    CHECK(ncclGroupEnd() == ncclInvalidArgument);
+    CHECK(bad == nullptr);
+}
+
+TEST_CASE("shrink: the ranks kept renumbered in order, configs, NCCL_SHRINK_ABORT, bad arguments") {
+    ncclComm_t w = world();
+    const int n = count_of(w), me = rank_of(w);
+    auto members_of = [&](ncclComm_t c) {  // world ranks of the child's ranks, through the child itself
+        std::vector<int32_t> mine(1, me), all(size_t(count_of(c)), -1);
+        CHECK(ncclAllGather(mine.data(), all.data(), 1, ncclInt32, c, nullptr) == ncclSuccess);
+        return all;
+    };
+    // Bad arguments fail before any communication, on every rank alike.
+    {
+        ncclComm_t c = nullptr;
+        int self[] = {me}, outside[] = {n}, negative[] = {-1}, twice[] = {(me + 1) % n, (me + 1) % n};
+        std::vector<int> everyone(static_cast<size_t>(n));
+        for (int q = 0; q < n; ++q) everyone[size_t(q)] = q;
+        CHECK(ncclCommShrink(w, nullptr, 1, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        CHECK(ncclCommShrink(w, everyone.data(), 0, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        CHECK(ncclCommShrink(w, everyone.data(), n, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        CHECK(ncclCommShrink(w, self, 1, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        if (n > 1) CHECK(std::string(ncclGetLastError(nullptr)).find("must not call") != std::string::npos);
+        CHECK(ncclCommShrink(w, outside, 1, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        CHECK(ncclCommShrink(w, negative, 1, &c, nullptr, NCCL_SHRINK_ABORT) == ncclInvalidArgument);
+        if (n > 2) CHECK(ncclCommShrink(w, twice, 2, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        CHECK(ncclCommShrink(nullptr, outside, 1, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        CHECK(ncclCommShrink(w, outside, 1, nullptr, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        ncclConfig_t bad_magic = NCCL_CONFIG_INITIALIZER;
+        bad_magic.magic = 0;
+        if (n > 1) {
+            int last[] = {n - 1};
+            if (me != n - 1) CHECK(ncclCommShrink(w, last, 1, &c, &bad_magic, 0) == ncclInvalidArgument);
+        }
+        CHECK(c == nullptr);
+        check_allreduce<f32>(w, ncclSum, 5, true, 2100);  // nothing was communicated
+    }
+    if (n == 1) return;
+
+    {  // the odd ranks excluded (listed in reverse): the even ones renumbered in order, the odd ones do not call
+        std::vector<int> odd;
+        for (int q = n - 1; q >= 0; --q)
+            if (q % 2 == 1) odd.push_back(q);
+        if (me % 2 == 0) {
+            ncclComm_t c = reinterpret_cast<ncclComm_t>(&w);
+            CHECK(ncclCommShrink(w, odd.data(), int(odd.size()), &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclSuccess);
+            REQUIRE(c != nullptr);
+            std::vector<int32_t> want;
+            for (int q = 0; q < n; q += 2) want.push_back(q);
+            CHECK(count_of(c) == int(want.size()));
+            CHECK(rank_of(c) == me / 2);
+            CHECK(members_of(c) == want);
+            check_allreduce<f64>(c, ncclSum, 1001, false, 2101);
+            check_reduce<i32>(c, ncclProd, 77, 0, true, 2102);
+            CHECK(ncclCommDestroy(c) == ncclSuccess);
+        }
+        check_allreduce<u8>(w, ncclMax, 9, false, 2103);  // the parent is still in step on every rank
+    }
+    {  // rank 0 excluded, a non-blocking child by its config
+        int first[] = {0};
+        ncclComm_t c = nullptr;
+        std::vector<float> a(100), s(100);
+        if (me != 0) {
+            ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+            config.blocking = 0;
+            const ncclResult_t r = ncclCommShrink(w, first, 1, &c, &config, NCCL_SHRINK_DEFAULT);
+            CHECK((r == ncclSuccess || r == ncclInProgress));
+            REQUIRE(c != nullptr);
+            CHECK(wait_ready(c) == ncclSuccess);
+            CHECK(count_of(c) == n - 1);
+            CHECK(rank_of(c) == me - 1);
+            for (size_t i = 0; i < a.size(); ++i) a[i] = input<f32>(me - 1, i, 2104);
+        }
+        // The child's rank 0 calls first: the others join only after the barrier, so a non-blocking call
+        // (as the config asked) cannot have completed.
+        const bool first_caller = me == 1 && n > 2;
+        if (first_caller)
+            CHECK(ncclAllReduce(a.data(), s.data(), a.size(), ncclFloat32, ncclSum, c, nullptr) == ncclInProgress);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (me != 0) {
+            if (!first_caller) {
+                const ncclResult_t ar = ncclAllReduce(a.data(), s.data(), a.size(), ncclFloat32, ncclSum, c, nullptr);
+                CHECK((ar == ncclInProgress || ar == ncclSuccess));
+            }
+            CHECK(wait_ready(c) == ncclSuccess);
+            CHECK(first_bad(s.data(), s.size(), [&](size_t i) {
+                      return fold<f32>(
+                          ncclSum, n - 1, [&](int q) { return input<f32>(q, i, 2104); }, nullptr);
+                  }) == none);
+            CHECK(ncclCommDestroy(c) == ncclSuccess);
+        }
+        check_allreduce<i64>(w, ncclMin, 3, true, 2105);
+    }
+    {  // NCCL_SHRINK_ABORT: rank 0's allreduce on a non-blocking parent hangs (no other rank joins it); the last
+        // rank is excluded, the others shrink with the abort flag, which ends rank 0's allreduce (its messages,
+        // already sent, must not disturb the others' shrink)
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        ncclComm_t p = nullptr;
+        const ncclResult_t init = ncclCommInitRankConfig(&p, n, shared_id(), me, &config);
+        CHECK((init == ncclInProgress || init == ncclSuccess));
+        REQUIRE(p != nullptr);
+        CHECK(wait_ready(p) == ncclSuccess);
+        std::vector<double> a(1001), s(1001);
+        for (size_t i = 0; i < a.size(); ++i) a[i] = input<f64>(me, i, 2106);
+        int last[] = {n - 1};
+        ncclComm_t c = nullptr;
+        if (me == 0) {
+            CHECK(ncclAllReduce(a.data(), s.data(), a.size(), ncclFloat64, ncclSum, p, nullptr) == ncclInProgress);
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));  // its messages are on their way
+            ncclResult_t st = ncclSuccess;
+            CHECK(ncclCommGetAsyncError(p, &st) == ncclSuccess);
+            CHECK(st == ncclInProgress);
+            // Without the flag a parent in progress cannot be shrunk.
+            CHECK(ncclCommShrink(p, last, 1, &c, nullptr, NCCL_SHRINK_DEFAULT) == ncclInvalidArgument);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (me != n - 1) {
+            ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
+            blocking.blocking = 1;
+            const ncclResult_t r = ncclCommShrink(p, last, 1, &c, &blocking, NCCL_SHRINK_ABORT);
+            CHECK((r == ncclSuccess || r == ncclInProgress));
+            CHECK(wait_ready(p) == ncclSuccess);
+            REQUIRE(c != nullptr);
+            CHECK(count_of(c) == n - 1);
+            CHECK(rank_of(c) == me);
+            check_allreduce<f64>(c, ncclSum, 1001, false, 2107);
+            CHECK(ncclCommDestroy(c) == ncclSuccess);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);  // the excluded rank leaves only now (its closing would end rank 0's call)
+        CHECK(ncclCommAbort(p) == ncclSuccess);
+    }
+}
+
 TEST_CASE("a non-blocking communicator: init, calls, groups, split and finalize report ncclInProgress") {
     const int n = world_size(), me = world_rank();
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
