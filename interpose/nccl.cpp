@@ -671,16 +671,19 @@ ncclResult_t nccl_executor::comm_split(ncclComm_t comm, int color, int key, nccl
     tally(nccl_shim::comm_split);
     prepare_nccl_lanes(rt_.cfg());
     const ncclResult_t r = real_.comm_split(comm, color, key, newcomm, config);
-    if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && *newcomm != nullptr) {
-        std::shared_ptr<comm_state> parent;
-        try {
-            parent = state_of(comm);
-        } catch (...) {}
-        const bool blocking = parent != nullptr ? parent->blocking : nccl_default_blocking();
-        keep(*newcomm, r == ncclSuccess && made_blocking(config, blocking),
-             parent != nullptr && parent->single_process);
-    }
+    keep_derived(comm, r, newcomm, config);
     return r;
+}
+
+void nccl_executor::keep_derived(ncclComm_t comm, ncclResult_t r, ncclComm_t* made, ncclConfig_t* config) noexcept {
+    if ((r != ncclSuccess && r != ncclInProgress) || made == nullptr || *made == nullptr) return;
+    std::shared_ptr<comm_state> parent;
+    try {
+        parent = state_of(comm);
+    } catch (...) {}
+    // A NULL config inherits the parent's (nccl.h).
+    const bool blocking = parent != nullptr ? parent->blocking : nccl_default_blocking();
+    keep(*made, r == ncclSuccess && made_blocking(config, blocking), parent != nullptr && parent->single_process);
 }
 
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
@@ -689,16 +692,7 @@ ncclResult_t nccl_executor::comm_shrink(ncclComm_t comm, int* excludeRanksList, 
     tally(nccl_shim::comm_shrink);
     prepare_nccl_lanes(rt_.cfg());
     const ncclResult_t r = real_.comm_shrink(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-    if ((r == ncclSuccess || r == ncclInProgress) && newcomm != nullptr && *newcomm != nullptr) {
-        std::shared_ptr<comm_state> parent;
-        try {
-            parent = state_of(comm);
-        } catch (...) {}
-        // A NULL config inherits the parent's (nccl.h), as a split's does.
-        const bool blocking = parent != nullptr ? parent->blocking : nccl_default_blocking();
-        keep(*newcomm, r == ncclSuccess && made_blocking(config, blocking),
-             parent != nullptr && parent->single_process);
-    }
+    keep_derived(comm, r, newcomm, config);
     return r;
 }
 #endif

@@ -94,6 +94,9 @@ private:
     /// The state of `comm`, or null where shunt does not know it.
     std::shared_ptr<comm_state> state_of(ncclComm_t comm) const;
     void keep(ncclComm_t comm, bool blocking, bool single_process) noexcept;
+    /// keep() for `*made`, made from `parent` (ncclCommSplit, ncclCommShrink) with result `r`:
+    /// blocking from `config`, else the parent's; one process where the parent is.
+    void keep_derived(ncclComm_t parent, ncclResult_t r, ncclComm_t* made, ncclConfig_t* config) noexcept;
     /// The levels of `c`, set up at the first call that needs them (false: the call goes to NCCL);
     /// `untabled`: also where no nccl.* table asks for them (for compression_levels).
     bool ready(comm_state& c, ncclComm_t comm, cudaStream_t stream, bool untabled = false) noexcept;
