@@ -520,6 +520,22 @@ uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+/// Every taking part rank's `mine` into `all` (indexed by parent rank) over `parent`, by exchange
+/// `fn`: a split's (every rank), or a shrink's (`peers`, the kept ranks, under sequence `seq`).
+ncclResult_t exchange_records(comm* parent, func fn, split_record& mine, std::vector<split_record>& all,
+                              std::vector<int> peers, uint64_t seq, const char* call) {
+    op o;
+    o.fn = fn;
+    o.c = parent;
+    o.sendbuff = &mine;
+    o.recvbuff = all.data();
+    o.count = sizeof(split_record);
+    o.type = ncclUint8;
+    o.peers = std::move(peers);
+    o.seq = seq;
+    return run_ops({&o}, call);
+}
+
 // The split itself: an allgather of (color, key, listening endpoint) over the parent, then the child's mesh.
 ncclResult_t run_split(comm* parent, comm* child, int color, int key, int split_no) {
     split_record mine{color, key, 0, 0, 0};
@@ -534,16 +550,7 @@ ncclResult_t run_split(comm* parent, comm* child, int color, int key, int split_
         mine.port = ep.port;
     }
     std::vector<split_record> all(size_t(parent->nranks));
-    if (r == ncclSuccess) {
-        op o;
-        o.fn = func::split_exchange;
-        o.c = parent;
-        o.sendbuff = &mine;
-        o.recvbuff = all.data();
-        o.count = sizeof(split_record);
-        o.type = ncclUint8;
-        r = run_ops({&o}, "ncclCommSplit");
-    }
+    if (r == ncclSuccess) r = exchange_records(parent, func::split_exchange, mine, all, {}, 0, "ncclCommSplit");
     if (r != ncclSuccess || child == nullptr) {
         close_fd(lfd);
         return r;
@@ -660,18 +667,8 @@ ncclResult_t run_shrink(comm* parent, comm* child, const std::vector<int>& exclu
     if (r == ncclSuccess) r = open_listener(addr, int(kept.size()), &lfd, &ep);
     split_record mine{0, parent->rank, ep.addr, ep.port, 0};
     std::vector<split_record> all(size_t(parent->nranks));
-    if (r == ncclSuccess) {
-        op o;
-        o.fn = func::shrink_exchange;
-        o.c = parent;
-        o.sendbuff = &mine;
-        o.recvbuff = all.data();
-        o.count = sizeof(split_record);
-        o.type = ncclUint8;
-        o.peers = kept;
-        o.seq = digest;
-        r = run_ops({&o}, "ncclCommShrink");
-    }
+    if (r == ncclSuccess)
+        r = exchange_records(parent, func::shrink_exchange, mine, all, kept, digest, "ncclCommShrink");
     if (r != ncclSuccess) {
         close_fd(lfd);
         return r;
