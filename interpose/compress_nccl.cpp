@@ -76,18 +76,28 @@ struct nccl_state {
     std::vector<position> seen;
     std::vector<compress_option> plan;
     bool device = false;  ///< the plan is for device buffers
+    /// Device buffers' error feedback at one point: count floats, zeroed when the count changes.
+    struct device_residual {
+        device_buffer buffer;
+        std::int64_t count = -1;
+        /// The residual for n floats on `stream`, zeros where the count changed (the stream
+        /// synchronised once, at that change).
+        float* ready(std::int64_t n, gpu::stream_t stream);
+    };
     struct site {
         std::uint64_t calls = 0;
         compression_point point;  ///< host buffers
-        device_buffer residual;  ///< device buffers: the residual (count floats, zeroed when the shape changes)
-        std::int64_t residual_count = -1;
+        /// Device buffers: the residual of the whole tensor, and (alltoall+allgather) that of the
+        /// re-compressed sum of this rank's slice, as compression_point's first and second.
+        device_residual first, second;
         std::uint64_t step = 0;
+        cudaStream_t stream = nullptr;  ///< the stream of the site's last compressed call
     };
     std::vector<site> sites;
     compressed_scratch scratch;
     std::vector<float> wide_in, wide_out, exact;  ///< half and bfloat16 data widened; shadow checks' exact sum
     std::uint64_t compressed = 0;  ///< compressed calls (shadow checks count them)
-    device_buffer message, parts, corrected, mine, workspace, shadow, wide_in_dev, wide_out_dev, owned_dev;
+    device_buffer message, parts, corrected, mine, workspace, shadow, wide_in_dev, wide_out_dev, owned_dev, summed;
     /// The node and rail communicators of the hierarchical schemes (nccl_executor's), null where
     /// the plan offers none.
     const nccl_levels* levels = nullptr;
@@ -96,6 +106,17 @@ struct nccl_state {
     std::vector<std::byte> restore;
     bool queried = false;  ///< nranks and rank asked of NCCL
 };
+
+float* nccl_state::device_residual::ready(std::int64_t n, gpu::stream_t stream) {
+    auto* r = static_cast<float*>(buffer.get(static_cast<std::size_t>(n) * 4, stream));
+    if (count != n) {  // a new shape: the residual starts from zeros
+        const std::vector<float> zeros(static_cast<std::size_t>(n), 0.0f);
+        gpu::copy(r, zeros.data(), static_cast<std::size_t>(n) * 4, stream);
+        gpu::synchronize(stream);
+        count = n;
+    }
+    return r;
+}
 
 std::mutex states_mutex;
 std::map<ncclComm_t, std::shared_ptr<nccl_state>>& states() {
@@ -232,9 +253,8 @@ void make_plan(runtime& rt, const nccl_real& real, nccl_state& c, ncclComm_t com
                     c.levels = lv;
         c.shaped = true;
     }
-    // The host runs every scheme; the device the flat ones and the hierarchical ones (not yet
-    // alltoall+allgather, whose CUDA slices and second residual are not written).
-    const compress_places places{!device, device, c.levels != nullptr, !device};
+    // Every scheme, on the host for host buffers (the double) and on the device for device ones.
+    const compress_places places{!device, device, c.levels != nullptr, true};
     std::vector<double> v(2 * P, 0.0);
     for (std::size_t i = 0; i < P; ++i) {
         std::int64_t t = rt.cfg().compress_min_bytes;
@@ -465,44 +485,124 @@ compressed_status host_all_reduce(const nccl_real& real, ncclComm_t comm, const 
     return compressed_status::done;
 }
 
+/// Compresses n floats at `in` into `msg` on the device, with the error feedback of `fb` where
+/// the method keeps it (corrected and mine: n floats of scratch).
+void device_compress(const compress::params& prm, bool feedback, const float* in, std::int64_t n, void* msg, void* ws,
+                     float* corrected, float* mine, nccl_state::device_residual& fb, std::uint64_t step,
+                     gpu::stream_t st) {
+    namespace cg = compress::gpu;
+    if (!feedback) {
+        cg::compress(prm, in, n, msg, ws, st, step);
+        return;
+    }
+    float* residual = fb.ready(n, st);
+    cg::feedback_apply(in, residual, corrected, n, st);
+    cg::compress(prm, corrected, n, msg, ws, st, step);
+    cg::decompress(prm, msg, n, mine, st, step);
+    cg::feedback_update(corrected, mine, residual, n, st);
+}
+
+/// Bytes of one compressed part on the device: the form, rounded up to keep every part aligned.
+std::size_t device_part_bytes(const compress::params& prm, std::int64_t n) {
+    return static_cast<std::size_t>((compress::compressed_bytes(prm, n) + 15) / 16 * 16);
+}
+
+/// The device's alltoall+allgather scheme over `comm` (`p` ranks, this one `me`), as
+/// host_exchange's: slice j compressed into cell j (cells of the largest slice's form), the cells
+/// exchanged by grouped ncclSend/ncclRecv, the parts of my slice added in rank order and compressed
+/// again (with the site's second residual), the compressed sums gathered and decompressed into
+/// `out`; all on `stream`.
+ncclResult_t device_alltoall(const nccl_real& real, ncclComm_t comm, cudaStream_t stream, const float* in, float* out,
+                             std::int64_t n, int p, int me, const compress_option& o, nccl_state& c,
+                             nccl_state::site& site) {
+    using detail::ccoll::slice_len;
+    using detail::ccoll::slice_lo;
+    namespace cg = compress::gpu;
+    const compress::params prm = compress_params(o.method);
+    const auto st = reinterpret_cast<gpu::stream_t>(stream);
+    const bool feedback = uses_feedback(o.method);
+    const std::size_t cell = device_part_bytes(prm, slice_len(n, p, 0));
+    const std::int64_t mine_len = slice_len(n, p, me);
+    auto* send = static_cast<std::byte*>(c.message.get(cell * static_cast<std::size_t>(p), st));
+    auto* recv = static_cast<std::byte*>(c.parts.get(cell * static_cast<std::size_t>(p), st));
+    const std::int64_t wsb = cg::workspace_bytes(prm, slice_len(n, p, 0));
+    void* ws = wsb > 0 ? c.workspace.get(static_cast<std::size_t>(wsb), st) : nullptr;
+    float* corrected = nullptr;
+    float* mine = nullptr;
+    const float* src = in;
+    if (feedback) {  // the whole tensor corrected once, each slice's reconstruction beside it
+        corrected = static_cast<float*>(c.corrected.get(static_cast<std::size_t>(n) * 4, st));
+        mine = static_cast<float*>(c.mine.get(static_cast<std::size_t>(n) * 4, st));
+        float* residual = site.first.ready(n, st);
+        cg::feedback_apply(in, residual, corrected, n, st);
+        src = corrected;
+    }
+    const std::uint64_t step = site.step;
+    for (int j = 0; j < p; ++j) {
+        const std::int64_t lo = slice_lo(n, p, j), len = slice_len(n, p, j);
+        std::byte* part = send + cell * static_cast<std::size_t>(j);
+        cg::compress(prm, src + lo, len, part, ws, st, step);
+        if (feedback) cg::decompress(prm, part, len, mine + lo, st, step);
+    }
+    if (feedback) cg::feedback_update(corrected, mine, site.first.ready(n, st), n, st);
+    gpu::copy(recv + cell * static_cast<std::size_t>(me), send + cell * static_cast<std::size_t>(me), cell, st);
+    ncclResult_t r = real.group_start();
+    if (r != ncclSuccess) return r;
+    for (int j = 0; j < p && r == ncclSuccess; ++j) {
+        if (j == me) continue;
+        r = real.send(send + cell * static_cast<std::size_t>(j), cell, ncclUint8, j, comm, stream);
+        if (r == ncclSuccess)
+            r = real.recv(recv + cell * static_cast<std::size_t>(j), cell, ncclUint8, j, comm, stream);
+    }
+    const ncclResult_t end = real.group_end();
+    if (r != ncclSuccess || end != ncclSuccess) return r != ncclSuccess ? r : end;
+    // My slice's sum, in rank order as the host adds it, compressed again into cell 0 of `send`
+    // (its slices are sent: stream order puts these kernels after the exchange).
+    auto* summed =
+        static_cast<float*>(c.summed.get(static_cast<std::size_t>(std::max<std::int64_t>(mine_len, 1)) * 4, st));
+    for (int j = 0; j < p; ++j) {
+        const std::byte* part = recv + cell * static_cast<std::size_t>(j);
+        if (j == 0)
+            cg::decompress(prm, part, mine_len, summed, st, step);
+        else
+            cg::decompress_accumulate(prm, part, mine_len, summed, st, step);
+    }
+    const std::uint64_t step2 = 2 * step + 1;
+    device_compress(prm, feedback, summed, mine_len, send, ws, corrected, mine, site.second, step2, st);
+    r = real.all_gather(send, recv, cell, ncclUint8, comm, stream);
+    if (r != ncclSuccess) return r;
+    for (int j = 0; j < p; ++j)
+        cg::decompress(prm, recv + cell * static_cast<std::size_t>(j), slice_len(n, p, j), out + slice_lo(n, p, j), st,
+                       step2);
+    return ncclSuccess;
+}
+
 /// The device schemes: the CUDA compressors and NCCL on `stream`, no host synchronisation (and so
 /// no guard: a NaN or Inf spreads over its block, or its element, as the exact sum spreads it).
+/// `comm` has `nranks` ranks, this one `me`.
 ncclResult_t device_all_reduce(const nccl_real& real, ncclComm_t comm, cudaStream_t stream, const float* in, float* out,
-                               std::int64_t n, int nranks, const compress_option& o, nccl_state& c,
+                               std::int64_t n, int nranks, int me, const compress_option& o, nccl_state& c,
                                nccl_state::site& site) {
     namespace cg = compress::gpu;
+    ncclResult_t r = ncclSuccess;
+    if (o.scheme == compress_scheme::alltoall_allgather) {
+        r = device_alltoall(real, comm, stream, in, out, n, nranks, me, o, c, site);
+        ++site.step;
+        return r;
+    }
     const compress::params prm = compress_params(o.method);
     const auto st = reinterpret_cast<gpu::stream_t>(stream);
     const std::size_t floats = static_cast<std::size_t>(n) * 4;
     const std::int64_t cb = compress::compressed_bytes(prm, n);
-    const std::size_t stride = static_cast<std::size_t>((cb + 3) / 4 * 4);
-    const float* src = in;
-    float* corrected = nullptr;
-    float* mine = nullptr;
-    float* residual = nullptr;
-    if (uses_feedback(o.method)) {
-        residual = static_cast<float*>(site.residual.get(floats, st));
-        if (site.residual_count != n) {  // a new shape: the residual starts from zeros
-            std::vector<float> zeros(static_cast<std::size_t>(n), 0.0f);
-            gpu::copy(residual, zeros.data(), floats, st);
-            gpu::synchronize(st);
-            site.residual_count = n;
-        }
-        corrected = static_cast<float*>(c.corrected.get(floats, st));
-        mine = static_cast<float*>(c.mine.get(floats, st));
-        cg::feedback_apply(in, residual, corrected, n, st);
-        src = corrected;
-    }
+    const std::size_t stride = device_part_bytes(prm, n);
+    const bool feedback = uses_feedback(o.method);
     void* msg = c.message.get(stride, st);
     void* ws = cg::workspace_bytes(prm, n) > 0
                    ? c.workspace.get(static_cast<std::size_t>(cg::workspace_bytes(prm, n)), st)
                    : nullptr;
-    cg::compress(prm, src, n, msg, ws, st, site.step);
-    if (residual != nullptr) {
-        cg::decompress(prm, msg, n, mine, st, site.step);
-        cg::feedback_update(corrected, mine, residual, n, st);
-    }
-    ncclResult_t r = ncclSuccess;
+    float* corrected = feedback ? static_cast<float*>(c.corrected.get(floats, st)) : nullptr;
+    float* mine = feedback ? static_cast<float*>(c.mine.get(floats, st)) : nullptr;
+    device_compress(prm, feedback, in, n, msg, ws, corrected, mine, site.first, site.step, st);
     if (o.scheme == compress_scheme::allreduce) {
         const compress::sum_form form = compress::summable(o.method);
         const std::size_t elements = static_cast<std::size_t>(form == compress::sum_form::f32 ? cb / 4 : cb / 2);
@@ -539,7 +639,7 @@ ncclResult_t device_hierarchical(const nccl_real& real, ncclComm_t comm, const n
     compress_option rail = o;
     rail.hierarchical = false;
     if (r == ncclSuccess)
-        r = device_all_reduce(real, lv.rail, stream, owned, owned_out, slice, lv.nodes, rail, c, site);
+        r = device_all_reduce(real, lv.rail, stream, owned, owned_out, slice, lv.nodes, lv.node_index, rail, c, site);
     if (r == ncclSuccess)
         r = real.all_gather(owned_out, out, static_cast<std::size_t>(slice), ncclFloat32, lv.node, stream);
     return r;
@@ -590,8 +690,32 @@ void query_ranks(const nccl_real& real, nccl_state& c, ncclComm_t comm) {
         c.nranks = 0;
 }
 
+/// A device residual's floats on the host (empty where it has none), copied on `stream` once the
+/// work queued on it is done.
+std::vector<float> residual_to_host(const nccl_state::device_residual& r, cudaStream_t stream) {
+    if (r.count <= 0 || r.buffer.b.ptr == nullptr) return {};
+    std::vector<float> host(static_cast<std::size_t>(r.count));
+    const auto st = reinterpret_cast<gpu::stream_t>(stream);
+    gpu::copy(host.data(), r.buffer.b.ptr, host.size() * 4, st);
+    gpu::synchronize(st);
+    return host;
+}
+
+/// Sets a device residual from a restored one (none where it has no floats: zeros at the next call).
+void residual_from_host(nccl_state::device_residual& r, const compress::error_feedback& from) {
+    r.count = -1;
+    const std::int64_t n = from.count();
+    if (n <= 0) return;
+    const auto st = gpu::stream_t{};
+    void* p = r.buffer.get(static_cast<std::size_t>(n) * 4, st);
+    gpu::copy(p, from.residual().data(), static_cast<std::size_t>(n) * 4, st);
+    gpu::synchronize(st);
+    r.count = n;
+}
+
 /// The error feedback of a plan's sites as the header API saves it: host sites' points as they
-/// are, device sites' residuals copied to the host (the stream synchronised first).
+/// are, device sites' residuals copied to the host on the stream of the site's last compressed
+/// call (after the work queued on it).
 std::vector<std::byte> save_sites(nccl_state& c) {
     std::vector<compression_point> copies(c.device ? c.sites.size() : 0);
     std::vector<const compression_point*> points;
@@ -603,14 +727,15 @@ std::vector<std::byte> save_sites(nccl_state& c) {
         }
         compression_point& pt = copies[i];
         pt.step = site.step;
-        if (site.residual_count > 0 && site.residual.b.ptr != nullptr) {
-            const auto n = site.residual_count;
-            std::vector<float> host(static_cast<std::size_t>(n)), zeros(static_cast<std::size_t>(n), 0.0f);
-            gpu::copy(host.data(), site.residual.b.ptr, static_cast<std::size_t>(n) * 4, nullptr);
-            gpu::synchronize(nullptr);
-            pt.first.prepare(n, compress::element::f32);
-            pt.first.update(host.data(), zeros.data(), n);
-        }
+        const auto into = [&](const nccl_state::device_residual& r, compress::error_feedback& ef) {
+            const std::vector<float> host = residual_to_host(r, site.stream);
+            if (host.empty()) return;
+            const std::vector<float> zeros(host.size(), 0.0f);
+            ef.prepare(r.count, compress::element::f32);
+            ef.update(host.data(), zeros.data(), r.count);
+        };
+        into(site.first, pt.first);
+        into(site.second, pt.second);
         points.push_back(&pt);
     }
     return save_feedback_points(points);
@@ -630,15 +755,8 @@ void restore_sites(nccl_state& c, std::span<const std::byte> blob) {
             continue;
         }
         site.step = copies[i].step;
-        const std::int64_t n = copies[i].first.count();
-        site.residual_count = -1;  // zeros at the next call unless restored here
-        if (n > 0) {
-            const auto st = gpu::stream_t{};
-            void* r = site.residual.get(static_cast<std::size_t>(n) * 4, st);
-            gpu::copy(r, copies[i].first.residual().data(), static_cast<std::size_t>(n) * 4, st);
-            gpu::synchronize(st);
-            site.residual_count = n;
-        }
+        residual_from_host(site.first, copies[i].first);
+        residual_from_host(site.second, copies[i].second);
     }
 }
 
@@ -747,8 +865,10 @@ bool nccl_compressed_all_reduce(runtime& rt, const nccl_real& real, const void* 
                 exact = c->shadow.get(floats, st);
                 check(real.all_reduce(in, exact, count, ncclFloat32, ncclSum, comm, stream), "the shadow check's sum");
             }
-            result = o.hierarchical ? device_hierarchical(real, comm, *c->levels, stream, in, out, n, o, *c, site)
-                                    : device_all_reduce(real, comm, stream, in, out, n, c->nranks, o, *c, site);
+            site.stream = stream;
+            result = o.hierarchical
+                         ? device_hierarchical(real, comm, *c->levels, stream, in, out, n, o, *c, site)
+                         : device_all_reduce(real, comm, stream, in, out, n, c->nranks, c->rank, o, *c, site);
             if (wide && result == ncclSuccess) compress::gpu::compress(cast, out, n, recvbuff, nullptr, st);
             if (shadow && result == ncclSuccess) {
                 detail::ccoll::ensure(c->exact, n);
