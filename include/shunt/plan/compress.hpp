@@ -263,8 +263,10 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
                    ? predict_compress(m, me, false, compress_stage::combine, f)
                    : 0.0;
     };
-    // A pass over the floats (the finiteness guards, error feedback's sums) at memory speed.
-    auto pass = [&](double f) { return f / m.params().memcpy_bytes_per_s; };
+    // A pass over the floats (the finiteness guards, error feedback's sums) at memory speed: the
+    // host's, or on the device (its feedback kernels; the device schemes' guard reads only the
+    // compressed forms) a device-to-device copy's.
+    auto pass = [&](double f) { return o.device ? m.predict("copy.d2d", f) : f / m.params().memcpy_bytes_per_s; };
     auto compressed = [&](double f) { return compressed_size(prm, f) + 4; };  // with the guard's flag
     const bool feedback = uses_feedback(me);
     // Compress f float bytes: the guard, error feedback (apply, decompress own form, update), encode.
@@ -340,10 +342,17 @@ inline option_cost predict_option(const cost_model& m, const compress_shape& s, 
 /// Where compression may run and which schemes the executor offers: on the host (host
 /// compressors, device buffers staged through host memory) and/or on the device (the CUDA
 /// compressors); the hierarchical and the alltoall+allgather schemes (the NCCL path offers the
-/// hierarchical ones where it has node and rail communicators, alltoall+allgather on the host only).
+/// hierarchical ones where it has node and rail communicators).
 struct compress_places {
     bool host = true, device = false;
     bool hierarchical = true, alltoall = true;
+    /// The device offers only the flat allreduce and allgather schemes of the methods without
+    /// error feedback, for allreduce calls (the MPI path's device place).
+    bool device_flat = false;
+    /// Device buffers moved through host memory for a library that takes none: every option pays
+    /// the copies of what it hands to the library and gets back (the whole tensor exact or on
+    /// the host; the compressed form on the device).
+    bool staged = false;
 };
 
 /// True when method `m` can make the data of elements of `element_bytes` bytes smaller: the
@@ -368,6 +377,7 @@ inline std::vector<compress_option> compress_options(const compress_shape& s, co
         if (!allows(consent, me) || !can_pay(me, element_bytes)) continue;
         for (const bool device : {false, true}) {
             if (device ? !places.device : !places.host) continue;
+            if (device && places.device_flat && (uses_feedback(me) || op != compress_op::allreduce)) continue;
             for (const compress_scheme sc :
                  {compress_scheme::allreduce, compress_scheme::allgather, compress_scheme::alltoall_allgather}) {
                 const bool sums = compress::summable(me) != compress::sum_form::none;
@@ -377,8 +387,10 @@ inline std::vector<compress_option> compress_options(const compress_shape& s, co
                 if (sc == compress_scheme::alltoall_allgather &&
                     (sums || op == compress_op::reduce_scatter || !places.alltoall))
                     continue;
+                if (device && places.device_flat && sc == compress_scheme::alltoall_allgather) continue;
                 for (const bool hier : {false, true}) {
                     if (hier && (op != compress_op::allreduce || !s.hierarchical() || !places.hierarchical)) continue;
+                    if (hier && device && places.device_flat) continue;
                     out.push_back({sc, me, device, hier});
                 }
             }
@@ -402,9 +414,22 @@ inline std::vector<option_cost> predict_options(const cost_model& m, const compr
     const double x = static_cast<double>(count) * element_bytes;
     const double full = detail::library_time(m, s.coll, whole, x), latency = detail::library_time(m, s.coll, whole, 0);
     const bool volume_bound = full > 0 && latency <= (1 - compress_volume_share) * full;
+    const double result = op == compress_op::allreduce ? x : x / std::max(1, s.ranks());
     for (const compress_option& o : compress_options(s, op, consent, places, element_bytes)) {
         if (!o.exact() && !volume_bound) break;
-        out.push_back(predict_option(m, s, op, count, element_bytes, o));
+        option_cost c = predict_option(m, s, op, count, element_bytes, o);
+        if (places.staged) {
+            if (!o.device) {
+                c.comm += m.predict("copy.d2h", x) + m.predict("copy.h2d", result);
+            } else {
+                // The device's flat schemes: the compressed form out, the sum's form (allreduce)
+                // or every rank's (allgather) back.
+                const double cb = compressed_size(compress_params(o.method), static_cast<double>(count) * 4) + 4;
+                c.encode += m.predict("copy.d2h", cb);
+                c.decode += m.predict("copy.h2d", o.scheme == compress_scheme::allgather ? s.ranks() * cb : cb);
+            }
+        }
+        out.push_back(c);
     }
     return out;
 }

@@ -102,7 +102,7 @@ TEST_CASE("compress options: the decision tree by consent, shape and operation")
     CHECK(compress_option::from_code(0).exact());
 }
 
-TEST_CASE("compress options: the NCCL path's places leave out the hierarchical and alltoall schemes") {
+TEST_CASE("compress options: places without the hierarchical and alltoall schemes") {
     const auto two_nodes = shunt::compress_shape::nodes_of(4, 2);
     const shunt::compress_places flat{true, false, false, false};
     const auto opts = shunt::compress_options(two_nodes, shunt::compress_op::allreduce, auto_consent, flat);
@@ -127,6 +127,70 @@ TEST_CASE("compress options: the NCCL path's places leave out the hierarchical a
     const std::int64_t t = shunt::compress_threshold(model, two_nodes, shunt::compress_op::allreduce, 4, auto_consent,
                                                      shunt::compress_places{true, false, false, false});
     CHECK(t >= shunt::compress_threshold(model, two_nodes, shunt::compress_op::allreduce, 4, auto_consent));
+}
+
+TEST_CASE("compress options: the MPI path's device place on staged device buffers") {
+    const auto two_nodes = shunt::compress_shape::nodes_of(4, 2);
+    shunt::compress_places staged;
+    staged.device = staged.device_flat = staged.staged = true;
+    const auto every = consent_of({sc::method::fp16, sc::method::int8, sc::method::int4, sc::method::top_k});
+    const auto opts = shunt::compress_options(two_nodes, shunt::compress_op::allreduce, every, staged);
+    // The device: flat allreduce (fp16) and allgather (fp16, int8) only; no method with feedback.
+    std::set<std::pair<int, int>> device;
+    for (const compress_option& o : opts) {
+        if (!o.device) continue;
+        CHECK_FALSE(o.hierarchical);
+        CHECK(o.scheme != compress_scheme::alltoall_allgather);
+        CHECK_FALSE(shunt::uses_feedback(o.method));
+        device.insert({static_cast<int>(o.method), static_cast<int>(o.scheme)});
+    }
+    CHECK(device == std::set<std::pair<int, int>>{
+                        {static_cast<int>(sc::method::fp16), static_cast<int>(compress_scheme::allreduce)},
+                        {static_cast<int>(sc::method::fp16), static_cast<int>(compress_scheme::allgather)},
+                        {static_cast<int>(sc::method::int8), static_cast<int>(compress_scheme::allgather)}});
+    // The host keeps every option it has without the device place.
+    const auto host_only = shunt::compress_options(two_nodes, shunt::compress_op::allreduce, every);
+    CHECK(opts.size() == host_only.size() + device.size());
+    // A reduce-scatter gets no device option.
+    for (const compress_option& o :
+         shunt::compress_options(two_nodes, shunt::compress_op::reduce_scatter, every, staged))
+        CHECK_FALSE(o.device);
+
+    // Staged prices: the copies of what each option hands the library, from the model's copy tables.
+    const shunt::cost_model m;
+    const std::int64_t n = 16 << 20;
+    const double x = 4.0 * n;
+    const auto costs = shunt::predict_options(m, two_nodes, shunt::compress_op::allreduce, n, 4, every, staged);
+    REQUIRE(costs.size() == opts.size());
+    for (const auto& c : costs) {
+        const auto plain = shunt::predict_option(m, two_nodes, shunt::compress_op::allreduce, n, 4, c.option);
+        if (!c.option.device) {
+            CHECK(c.encode == plain.encode);
+            CHECK(c.decode == plain.decode);
+            CHECK(c.comm == doctest::Approx(plain.comm + m.predict("copy.d2h", x) + m.predict("copy.h2d", x)));
+            continue;
+        }
+        const double cb = static_cast<double>(sc::compressed_bytes(sc::defaults(c.option.method), n)) + 4;
+        const double back = c.option.scheme == compress_scheme::allgather ? 4 * cb : cb;
+        CHECK(c.comm == plain.comm);
+        CHECK(c.encode == doctest::Approx(plain.encode + m.predict("copy.d2h", cb)));
+        CHECK(c.decode == doctest::Approx(plain.decode + m.predict("copy.h2d", back)));
+    }
+    // Nodes of one rank (every option flat): for 64 MiB of device buffers the device place wins
+    // over exact and the host, since it copies the compressed form and not the tensor.
+    const auto four_nodes = shunt::compress_shape::nodes_of(4, 1);
+    auto best = [&](shunt::compress_places places) {
+        const auto all = shunt::predict_options(m, four_nodes, shunt::compress_op::allreduce, 16 << 20, 4,
+                                                consent_of({sc::method::int8}), places);
+        std::size_t b = 0;
+        for (std::size_t i = 1; i < all.size(); ++i)
+            if (all[i].total() < all[b].total()) b = i;
+        return all[b].option;
+    };
+    const compress_option on_device = best(staged);
+    CHECK(on_device.device);
+    CHECK(on_device.method == sc::method::int8);
+    CHECK(on_device.scheme == compress_scheme::allgather);
 }
 
 TEST_CASE("compress costs: the hierarchical int8 allgather worked by hand from the analytic model") {
