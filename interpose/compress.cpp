@@ -2,7 +2,10 @@
 #include "compress.hpp"
 
 #include <shunt/collectives/compressed.hpp>
+#include <shunt/compress/gpu.hpp>
 #include <shunt/errors.hpp>
+#include <shunt/gpu/memory.hpp>
+#include <shunt/gpu/pack.hpp>
 #include <shunt/log.hpp>
 #include <shunt/model/measure.hpp>
 #include <shunt/plan/call_pattern.hpp>
@@ -42,8 +45,10 @@ struct compress_executor::context {
         std::int64_t count = 0;
         compress::element type = compress::element::f32;
         compress_consent consent;
+        bool device = false;  ///< float device buffers for a library that takes none (this rank's)
     };
     std::vector<position> seen;  ///< per position of the locked pattern
+    std::vector<char> on_device;  ///< per position: every rank's buffers were device memory (agreed)
     std::vector<compress_option> plan;  ///< per position; empty while there is none
     struct site {
         std::uint64_t calls = 0;
@@ -53,6 +58,11 @@ struct compress_executor::context {
     compressed_scratch scratch;
     std::uint64_t compressed = 0;  ///< compressed calls (shadow mode counts them)
     std::vector<float> wide_in, wide_out;  ///< half data widened to float, and the float result
+    gpu::pool_block device_message, device_parts;  ///< the device place's compressed forms
+    ~context() {
+        gpu::pool_release(device_message);
+        gpu::pool_release(device_parts);
+    }
 };
 
 namespace {
@@ -248,6 +258,93 @@ void compress_executor::log_check(const char* call, std::int64_t count, std::siz
               call, count, position, option.c_str(), compressed, error_norm, max_error);
 }
 
+namespace {
+
+/// A device block of at least `bytes` (the previous one released when it is smaller).
+void* device_room(gpu::pool_block& b, std::size_t bytes) {
+    if (b.ptr == nullptr || b.bytes < bytes) {
+        gpu::pool_release(b);
+        b = {};
+        b = gpu::pool_acquire(gpu::pool_kind::device, std::max<std::size_t>(bytes, 256));
+    }
+    return b.ptr;
+}
+
+/// True where the call's float buffers are device memory that the library cannot take: the device
+/// place's flat schemes may run them (allreduce only).
+bool device_buffers(const device_support& devices, coll_op op, compress::element type, const mpi_coll_args& a) {
+    if (op != coll_op::allreduce || type != compress::element::f32 || !devices.in_use() ||
+        devices.library_takes_device())
+        return false;
+    const void* in = a.sendbuf == MPI_IN_PLACE ? a.recvbuf : a.sendbuf;
+    return gpu::classify(in) == gpu::memory_kind::device && gpu::classify(a.recvbuf) == gpu::memory_kind::device;
+}
+
+/// The device place's flat schemes (allreduce of a summable form, allgather of compressed parts) of
+/// option `o` over `comm` for n floats of device buffers: the CUDA compressors encode and decode,
+/// and the compressed forms (the host compressors' bits, with the guard's flag word) cross host
+/// memory and the library as the host schemes' do, so that a rank whose buffers are host memory
+/// runs the same option on the host and every rank gets the same result. The guard reads the
+/// compressed forms on the host: a NaN or Inf in an input or in the sum of the forms gives
+/// not_finite on every rank, with `out` untouched. Blocking, on the legacy default stream. Only
+/// for methods without error feedback (no residual is kept on the device).
+compressed_status device_flat_allreduce(MPI_Comm comm, const float* in, float* out, std::int64_t n,
+                                        const compress_option& o, compression_point& pt, compressed_scratch& s,
+                                        gpu::pool_block& message, gpu::pool_block& parts) {
+    using namespace detail::ccoll;
+    namespace cg = compress::gpu;
+    if (uses_feedback(o.method) || o.hierarchical || o.scheme == compress_scheme::alltoall_allgather)
+        throw error("compressed allreduce: the device place runs the flat schemes without feedback only");
+    int p = 1;
+    SHUNT_CHECK_MPI(PMPI_Comm_size(comm, &p));
+    const compress::params prm = compress_params(o.method);
+    const std::uint64_t step = pt.step;
+    const std::int64_t words = message_words(prm, n), cb = compress::compressed_bytes(prm, n);
+    const std::size_t message_bytes = static_cast<std::size_t>(words) * 4;
+    const gpu::stream_t st{};
+    void* msg = device_room(message, message_bytes);
+    cg::compress(prm, in, n, msg, nullptr, st, step);
+    ensure(s.send, words);
+    if (words >= 2) s.send[static_cast<std::size_t>(words - 2)] = 0;  // the form's padding
+    gpu::copy(s.send.data(), msg, static_cast<std::size_t>(cb), st);
+    gpu::synchronize(st);
+    const auto* form_bytes = reinterpret_cast<const std::byte*>(s.send.data());
+    const bool bad = !compress::compressed_finite(prm, form_bytes, n);
+    if (o.scheme == compress_scheme::allreduce) {
+        const compress::sum_form form = compress::summable(o.method);
+        if (form == compress::sum_form::none) throw error("compressed allreduce: this form does not sum");
+        const std::uint32_t nan_word = form == compress::sum_form::f32   ? 0x7fc00000u
+                                       : form == compress::sum_form::f16 ? 0x7e007e00u
+                                                                         : 0x7fc07fc0u;
+        s.send[static_cast<std::size_t>(words - 1)] = bad ? nan_word : 0u;
+        const std::int64_t elements = form == compress::sum_form::f32 ? words : 2 * words;
+        SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, s.send.data(), mpi_count(elements), compress::mpi_datatype(form),
+                                       form == compress::sum_form::f32 ? MPI_SUM : half_op(form), comm));
+        // The same sum on every rank, and so the same verdict.
+        if (s.send[static_cast<std::size_t>(words - 1)] != 0 || !compress::compressed_finite(prm, form_bytes, n))
+            return compressed_status::not_finite;
+        gpu::copy(msg, s.send.data(), static_cast<std::size_t>(cb), st);
+        cg::decompress(prm, msg, n, out, st, step);
+    } else {
+        s.send[static_cast<std::size_t>(words - 1)] = bad ? 1u : 0u;
+        ensure(s.recv, words * p);
+        SHUNT_CHECK_MPI(PMPI_Allgather(s.send.data(), mpi_count(words), MPI_UINT32_T, s.recv.data(), mpi_count(words),
+                                       MPI_UINT32_T, comm));
+        for (int r = 0; r < p; ++r)
+            if (flagged(prm, s.recv.data() + r * words, n)) return compressed_status::not_finite;
+        auto* all = static_cast<std::byte*>(device_room(parts, message_bytes * static_cast<std::size_t>(p)));
+        gpu::copy(all, s.recv.data(), message_bytes * static_cast<std::size_t>(p), st);
+        cg::decompress(prm, all, n, out, st, step);
+        for (int r = 1; r < p; ++r)
+            cg::decompress_accumulate(prm, all + message_bytes * static_cast<std::size_t>(r), n, out, st, step);
+    }
+    gpu::synchronize(st);
+    ++pt.step;
+    return compressed_status::done;
+}
+
+}  // namespace
+
 bool compress_executor::consent_of(MPI_Comm comm, compress_consent& out) const noexcept {
     std::optional<compress_consent> own;
     if (overridden_.load(std::memory_order_relaxed))
@@ -296,7 +393,7 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
     // 1. Gaps and candidacy (a call at least the size threshold), agreed: the longest gap, and a
     // candidate only where every rank's threshold says so.
     const std::vector<double> gaps = c.pattern.gaps();
-    std::vector<double> v(2 * P, 0.0);
+    std::vector<double> v(3 * P, 0.0);
     std::vector<std::pair<std::pair<std::pair<coll_op, int>, std::uint8_t>, std::int64_t>> thresholds;
     std::vector<std::int64_t> threshold(P, 0);
     for (std::size_t i = 0; i < P; ++i) {
@@ -315,8 +412,11 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
         threshold[i] = t;
         v[i] = i < gaps.size() ? gaps[i] : 0.0;
         v[P + i] = at.count * eb >= t ? 0.0 : 1.0;
+        v[2 * P + i] = at.device ? 0.0 : 1.0;
     }
     SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, own));
+    c.on_device.assign(P, 0);
+    for (std::size_t i = 0; i < P; ++i) c.on_device[i] = v[2 * P + i] == 0 ? 1 : 0;
     // 2. Every candidate's options and their predicted stages, agreed (the slowest rank's).
     std::vector<compress_tensor> tensors(P);
     std::vector<double> costs;
@@ -326,7 +426,12 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
         t.gap = v[i];
         t.bytes = at.count * element_bytes(at.type);
         const compress_consent consent = v[P + i] == 0 ? at.consent : compress_consent{};
-        t.options = predict_options(model, c.shape, compress_op_of(at.op), at.count, element_bytes(at.type), consent);
+        // Device buffers on every rank: the device place too (its flat schemes), every option
+        // priced with its copies through host memory.
+        compress_places places;
+        places.device = places.device_flat = places.staged = c.on_device[i] != 0;
+        t.options =
+            predict_options(model, c.shape, compress_op_of(at.op), at.count, element_bytes(at.type), consent, places);
         for (const option_cost& o : t.options) costs.insert(costs.end(), {o.encode, o.comm, o.decode});
     }
     SHUNT_CHECK_MPI(
@@ -431,7 +536,8 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
         c->sites.clear();
         c->seen.assign(c->pattern.period(), {});
     }
-    c->seen[step.position] = {op, count, *type, consent};
+    const bool on_device = device_buffers(rt_.devices(), op, *type, a);
+    c->seen[step.position] = {op, count, *type, consent, on_device};
     if (step.confirmed) {
         try {
             plan(*c, a.comm);
@@ -462,6 +568,53 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
     const std::int64_t check_every = rt_.cfg().compress_check;
     const bool shadow = check_every > 0 && ++c->compressed % static_cast<std::uint64_t>(check_every) == 0;
     const bool in_place = a.sendbuf == MPI_IN_PLACE;
+    if (o.device && on_device) {
+        try {
+            const auto* in = static_cast<const float*>(in_place ? a.recvbuf : a.sendbuf);
+            auto* out = static_cast<float*>(a.recvbuf);
+            const auto floats = static_cast<std::size_t>(count) * 4;
+            std::vector<float> ref, got;
+            if (shadow) {  // the exact sum first, of the input copied to the host (in place: it is overwritten)
+                ref.resize(static_cast<std::size_t>(count));
+                gpu::copy(ref.data(), in, floats, gpu::stream_t{});
+                gpu::synchronize(gpu::stream_t{});
+                SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, ref.data(), detail::ccoll::mpi_count(count), MPI_FLOAT,
+                                               MPI_SUM, c->comms.all));
+            }
+            if (device_flat_allreduce(c->comms.all, in, out, count, o, site.point, c->scratch, c->device_message,
+                                      c->device_parts) != compressed_status::done) {
+                fallbacks_.fetch_add(1, std::memory_order_relaxed);
+                if (c->topo->rank() == 0 && !nonfinite_warned_.exchange(true))
+                    log_warn(log_category::decide,
+                             "%s: NaN or Inf in a compressed reduction's input or result on some rank; that call "
+                             "ran exact (said once)",
+                             name);
+                return exact(ctx);
+            }
+            if (shadow && c->topo->rank() == 0) {
+                got.resize(static_cast<std::size_t>(count));
+                gpu::copy(got.data(), out, floats, gpu::stream_t{});
+                gpu::synchronize(gpu::stream_t{});
+                log_check(name, count, step.position, to_string(o), c->compressed, got.data(), ref.data(), count);
+            }
+        } catch (const unsupported& e) {
+            log_debug(log_category::decide, "%s: %s; exact", name, e.what());
+            return exact(ctx);
+        } catch (const mpi_error& e) {
+            log_error(log_category::init, "%s: %s", name, e.what());
+            PMPI_Comm_call_errhandler(a.comm, e.code());
+            return e.code();
+        } catch (const std::exception& e) {
+            log_error(log_category::init, "%s: shunt failed inside a compressed exchange (%s)", name, e.what());
+            PMPI_Comm_call_errhandler(a.comm, MPI_ERR_INTERN);
+            return MPI_ERR_INTERN;
+        }
+        const std::int64_t bytes = count * 4;
+        count_compressed(static_cast<std::size_t>(o.method), static_cast<std::uint64_t>(bytes),
+                         static_cast<std::uint64_t>(compress::compressed_bytes(compress_params(o.method), count)));
+        rt_.count_collective(s, bytes);
+        return MPI_SUCCESS;
+    }
     const bool wide = *type != compress::element::f32;  // half data: the schemes run on floats
     mpi_coll_args args = a;
     device_stage dev(rt_.devices().in_use(), rt_.devices().library_takes_device());
