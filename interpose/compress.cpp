@@ -394,17 +394,25 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
     // candidate only where every rank's threshold says so.
     const std::vector<double> gaps = c.pattern.gaps();
     std::vector<double> v(3 * P, 0.0);
-    std::vector<std::pair<std::pair<std::pair<coll_op, int>, std::uint8_t>, std::int64_t>> thresholds;
+    // This rank's places for a call site: its buffers' (the device place only where they are
+    // device memory; the agreement below offers it only where every rank's are).
+    const auto places_for = [](bool device) {
+        compress_places p;
+        p.device = p.device_flat = p.staged = device;
+        return p;
+    };
+    std::vector<std::pair<std::pair<std::pair<coll_op, int>, int>, std::int64_t>> thresholds;
     std::vector<std::int64_t> threshold(P, 0);
     for (std::size_t i = 0; i < P; ++i) {
         const context::position& at = c.seen[i];
         const int eb = element_bytes(at.type);
         std::int64_t t = cfg.compress_min_bytes;
         if (t <= 0) {
-            const auto key = std::make_pair(std::make_pair(at.op, eb), at.consent.methods);
+            const auto key = std::make_pair(std::make_pair(at.op, eb), at.consent.methods << 1 | (at.device ? 1 : 0));
             auto it = std::find_if(thresholds.begin(), thresholds.end(), [&](const auto& e) { return e.first == key; });
             if (it == thresholds.end()) {
-                thresholds.emplace_back(key, compress_threshold(model, c.shape, compress_op_of(at.op), eb, at.consent));
+                thresholds.emplace_back(key, compress_threshold(model, c.shape, compress_op_of(at.op), eb, at.consent,
+                                                                places_for(at.device)));
                 it = thresholds.end() - 1;
             }
             t = it->second;
@@ -428,10 +436,8 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
         const compress_consent consent = v[P + i] == 0 ? at.consent : compress_consent{};
         // Device buffers on every rank: the device place too (its flat schemes), every option
         // priced with its copies through host memory.
-        compress_places places;
-        places.device = places.device_flat = places.staged = c.on_device[i] != 0;
-        t.options =
-            predict_options(model, c.shape, compress_op_of(at.op), at.count, element_bytes(at.type), consent, places);
+        t.options = predict_options(model, c.shape, compress_op_of(at.op), at.count, element_bytes(at.type), consent,
+                                    places_for(c.on_device[i] != 0));
         for (const option_cost& o : t.options) costs.insert(costs.end(), {o.encode, o.comm, o.decode});
     }
     SHUNT_CHECK_MPI(

@@ -60,11 +60,13 @@ void usage(std::FILE* to) {
         "  --explain nccl-OP BYTES [RANKS PER_NODE]\n"
         "                             shunt's choice for an NCCL collective (allreduce, reduce_scatter, allgather,\n"
         "                             broadcast, reduce) of BYTES on RANKS ranks in nodes of PER_NODE (default 8 4)\n"
-        "  --explain compress BYTES RANKS PER_NODE [COMPRESSORS]\n"
+        "  --explain compress BYTES RANKS PER_NODE [COMPRESSORS] [device]\n"
         "                             the compression planner's options for a float MPI_Allreduce of BYTES on\n"
         "                             RANKS ranks in nodes of PER_NODE, each with its predicted compression,\n"
         "                             exchange and decompression times, and the size threshold; COMPRESSORS as\n"
-        "                             SHUNT_COMPRESS takes them (default: SHUNT_COMPRESS, else auto)\n"
+        "                             SHUNT_COMPRESS takes them (default: SHUNT_COMPRESS, else auto); device:\n"
+        "                             the buffers are device memory on an MPI that is not CUDA-aware (the host\n"
+        "                             and the device places, each with its copies)\n"
         "  --topology                 the levels shunt sees on MPI_COMM_WORLD (SHUNT_TOPOLOGY, else discovered)\n"
         "                             and every rank's place in them, with the GPU it uses (PCI bus id) and\n"
         "                             where hwloc sees that GPU attached; run it under mpirun like the application\n"
@@ -378,16 +380,20 @@ int explain_nccl(int argc, char** argv) {
     return 0;
 }
 
-/// --explain compress BYTES RANKS PER_NODE [COMPRESSORS]: the compression planner's options.
+/// --explain compress BYTES RANKS PER_NODE [COMPRESSORS] [device]: the compression planner's options.
 int explain_compress(int argc, char** argv) {
     std::int64_t bytes = 0, ranks = 0, per_node = 0;
+    const bool device = argc >= 7 && std::string_view(argv[argc - 1]) == "device";
+    if (device) --argc;
     if (argc < 6 || argc > 7 || !parse_positive(argv[3], bytes) || !parse_positive(argv[4], ranks) ||
         !parse_positive(argv[5], per_node) || ranks > 1 << 20 || per_node > ranks) {
         std::fprintf(stderr,
-                     "shunt-info: --explain compress takes BYTES RANKS PER_NODE [COMPRESSORS] (positive integers, "
-                     "PER_NODE <= RANKS)\n");
+                     "shunt-info: --explain compress takes BYTES RANKS PER_NODE [COMPRESSORS] [device] (positive "
+                     "integers, PER_NODE <= RANKS)\n");
         return 2;
     }
+    shunt::compress_places places;
+    places.device = places.device_flat = places.staged = device;
     shunt::compress_consent consent = shunt::config().compress;
     if (argc == 7 && !shunt::detail::compress_kind::parse(argv[6], consent)) {
         std::fprintf(stderr, "shunt-info: COMPRESSORS takes %s\n", shunt::detail::compress_kind::accepted().c_str());
@@ -399,10 +405,11 @@ int explain_compress(int argc, char** argv) {
     auto shape = shunt::compress_shape::nodes_of(static_cast<int>(ranks), static_cast<int>(per_node));
     shape.exact_schedules = shunt::config().coll != shunt::coll_choice::library;
     const std::int64_t count = std::max<std::int64_t>(1, bytes / 4);
-    const auto costs = shunt::predict_options(*model, shape, shunt::compress_op::allreduce, count, 4, consent);
-    std::printf("MPI_Allreduce of %lld floats on %lld ranks in nodes of %lld (%s), compressors %s:\n",
-                static_cast<long long>(count), static_cast<long long>(ranks), static_cast<long long>(per_node),
-                where.c_str(), shunt::detail::compress_kind::format(consent).c_str());
+    const auto costs = shunt::predict_options(*model, shape, shunt::compress_op::allreduce, count, 4, consent, places);
+    std::printf("MPI_Allreduce of %lld floats%s on %lld ranks in nodes of %lld (%s), compressors %s:\n",
+                static_cast<long long>(count), device ? " in device memory (staged)" : "",
+                static_cast<long long>(ranks), static_cast<long long>(per_node), where.c_str(),
+                shunt::detail::compress_kind::format(consent).c_str());
     std::size_t best = 0;
     for (std::size_t i = 1; i < costs.size(); ++i)
         if (costs[i].total() < costs[best].total()) best = i;
@@ -414,7 +421,7 @@ int explain_compress(int argc, char** argv) {
         std::printf(
             "  (no compressed option: %s)\n",
             shape.coll.ranks <= 1 ? "one rank" : "the call is latency-bound (compression saves volume, not latency)");
-    const std::int64_t t = shunt::compress_threshold(*model, shape, shunt::compress_op::allreduce, 4, consent);
+    const std::int64_t t = shunt::compress_threshold(*model, shape, shunt::compress_op::allreduce, 4, consent, places);
     if (shunt::config().compress_min_bytes > 0)
         std::printf("  size threshold: %lld bytes (SHUNT_COMPRESS_MIN_BYTES)\n",
                     static_cast<long long>(shunt::config().compress_min_bytes));

@@ -7,7 +7,8 @@ program checking every float sum against the library's PMPI_ call) and compress_
 
 Each run has the built-in model (an empty cache directory) and these expectations:
 - shunt-info --explain compress: a 64 MiB sum on 2 nodes of 2 ranks chooses int8 (hierarchical allgather),
-  on one node of 4 it stays exact;
+  on one node of 4 it stays exact; on nodes of one rank with int8 allowed, device buffers (on an MPI that
+  is not CUDA-aware) take the device place (int8 device allgather), host buffers stay exact;
 - no SHUNT_COMPRESS, 1, 2 and 4 ranks: every result equals the library's bit for bit, and the report
   has no compression line (off by default: results as without compression);
 - SHUNT_COMPRESS=auto on a virtual topology of 2 nodes of 2 ranks (SHUNT_TOPOLOGY=node=2): results
@@ -87,12 +88,16 @@ def main():
         return counts
 
     # shunt-info's explanation: across 2 nodes a 64 MiB sum compresses, on one node it stays exact.
-    for per_node, want in (("2", "int8 host allgather, hierarchical"), ("4", "exact")):
-        p = subprocess.run([args.shunt_info, "--explain", "compress", str(64 << 20), "4", per_node, "auto"],
+    # Device buffers on an MPI that is not CUDA-aware, in nodes of one rank: the device place (only
+    # the compressed forms copied) beats exact and the host; host buffers there stay exact.
+    for per_node, extra, want in (("2", ["auto"], "int8 host allgather, hierarchical"), ("4", ["auto"], "exact"),
+                                  ("1", ["int8", "device"], "int8 device allgather"), ("1", ["int8"], "exact")):
+        p = subprocess.run([args.shunt_info, "--explain", "compress", str(64 << 20), "4", per_node] + extra,
                            capture_output=True, text=True, env=base, timeout=60)
         chosen = re.findall(r"^  (.+?)\s+[0-9.]+ ms .*<- chosen", p.stdout, re.M)
         if p.returncode != 0 or chosen != [want]:
-            fail(f"shunt-info --explain compress 64M 4 {per_node}: chose {chosen}, expected {want}", p)
+            fail(f"shunt-info --explain compress 64M 4 {per_node} {' '.join(extra)}: chose {chosen}, expected {want}",
+                 p)
     sums = args.sums
     # Off by default: exact, no compression line.
     for ranks in (1, 2, 4):
