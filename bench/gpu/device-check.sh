@@ -52,9 +52,9 @@ Libs: -L$root/py/lib -lmpi -Wl,-rpath,$root/py/lib -Wl,-rpath-link,$root/py/lib/
 PC
 export PKG_CONFIG_LIBDIR="$pc"
 # libmpi.so.12 finds libfabric and UCX in lib/mpich by its RUNPATH ($ORIGIN/mpich), which ld does not follow at link
-# time: links beside libmpi, and -rpath-link for good measure.
+# time: links beside libmpi, and mpich.pc's -rpath-link. Not in LDFLAGS: meson 1.12 hands LDFLAGS to nvcc unchanged
+# when nvcc links (libshunt.so), and nvcc rejects -Wl options.
 for f in "$root"/py/lib/mpich/*.so*; do ln -sf "$f" "$root/py/lib/$(basename "$f")"; done
-export LDFLAGS="-Wl,-rpath-link,$root/py/lib/mpich${LDFLAGS:+ $LDFLAGS}"
 command -v pkg-config >/dev/null || ln -sf "$root/deb/usr/bin/pkgconf" "$root/site/bin/pkg-config"
 # NCCL: PyTorch's (headers and library), as -Dnccl_home wants it.
 nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
