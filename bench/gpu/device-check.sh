@@ -4,7 +4,8 @@
 # PyPI), then: bench-gpu-pack (every kernel shape against the kernels before the fast path and the sector bound, and the
 # 32 B rows again with the L2 fetch granularity at 32), the MPI_Pack comparison with TEMPI where .device/tempi is there,
 # the gpu suite (kernels against the host packer, device buffers through MPI, the CUDA compressors, real NCCL under the
-# preload, quick benchmarks) beside compute-sanitizer's memcheck, racecheck and synccheck on the suite's programs,
+# preload, ncclAllReduce's device compression path on the CPU double of NCCL with 2-6 ranks sharing the GPU, quick
+# benchmarks) beside compute-sanitizer's memcheck, racecheck and synccheck on the suite's programs,
 # shunt-measure's device tables with --validate and --decisions, real NCCL at one rank under the preload and with the
 # tuner plugin. Writes OUT/summary.txt and OUT/logs.tgz (every log). Meant to end within 8 minutes.
 #   usage: bench/gpu/device-check.sh [OUT]
@@ -51,9 +52,9 @@ Libs: -L$root/py/lib -lmpi -Wl,-rpath,$root/py/lib -Wl,-rpath-link,$root/py/lib/
 PC
 export PKG_CONFIG_LIBDIR="$pc"
 # libmpi.so.12 finds libfabric and UCX in lib/mpich by its RUNPATH ($ORIGIN/mpich), which ld does not follow at link
-# time: links beside libmpi, and -rpath-link for good measure.
+# time: links beside libmpi, and mpich.pc's -rpath-link. Not in LDFLAGS: meson 1.12 hands LDFLAGS to nvcc unchanged
+# when nvcc links (libshunt.so), and nvcc rejects -Wl options.
 for f in "$root"/py/lib/mpich/*.so*; do ln -sf "$f" "$root/py/lib/$(basename "$f")"; done
-export LDFLAGS="-Wl,-rpath-link,$root/py/lib/mpich${LDFLAGS:+ $LDFLAGS}"
 command -v pkg-config >/dev/null || ln -sf "$root/deb/usr/bin/pkgconf" "$root/site/bin/pkg-config"
 # NCCL: PyTorch's (headers and library), as -Dnccl_home wants it.
 nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
@@ -122,8 +123,9 @@ if [ "${DEVICE_CHECK_ONLY:-}" = pack ]; then
   exit 0
 fi
 
-# 5. The gpu suite, and compute-sanitizer's three tools on the suite's programs beside it (short cases).
-timeout 180 meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
+# 5. The gpu suite, and compute-sanitizer's three tools on the suite's programs beside it (short cases). The suite
+# includes compress_nccl_device_np2/np4 (tests/nccl: compress-nccl --device, whose double is built with it).
+timeout 300 meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
 suite_pid=$!
 san() {  # tool name command...: one sanitized run, its verdict in sanitizer.log
   local tool=$1 name=$2; shift 2
@@ -160,6 +162,12 @@ cp "$build/meson-logs/testlog.txt" "$logs/gpu-suite.log"
 note "gpu suite: $(grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):' "$logs/gpu-suite.log" | tr -s ' ' | tr '\n' ' ')"
 grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|SKIP)' "$build/meson-logs/testlog.txt" | sed 's/^/  /' | tee -a "$summary"
 grep -h -E '^gpu_pack on|^gpu_compress' "$logs/gpu-suite.log" | head -3 | sed 's/^/  /' | tee -a "$summary"
+# ncclAllReduce's device compression path (device buffers on the double, run_compress_nccl.py --device): each test's
+# result and duration, the cases passed, the first failures.
+note "compress_nccl device buffers: $(awk '/^test: .*compress_nccl_device_np/ {name=$NF} name && /^duration:/ {d=$2}
+  name && /^result:/ {sub(/^result: */, ""); printf "%s%s %s (%s)", sep, name, $0, d; sep="; "; name=""}' \
+  "$logs/gpu-suite.log"); $(grep -c '^ok: compress-nccl --device' "$logs/gpu-suite.log") cases ok"
+grep -m2 -h '^FAIL: compress-nccl --device' "$logs/gpu-suite.log" | cut -c1-300 | sed 's/^/  /' | tee -a "$summary"
 
 # 6. The device tables of the cost model, then their prediction error on held-out sizes and the pack decisions.
 {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/nccl/check_exports.py: libnccl_double.so exports exactly NCCL's functions it implements, each with its
-pnccl twin, depends on no CUDA, NCCL or MPI library, and calls ncclBroadcast from ncclBcast through the PLT as
-NCCL 2.28 does (so a preloaded ncclBroadcast sees the inner call)."""
+pnccl twin, depends on no CUDA, NCCL or MPI library (built with CUDA it carries the CUDA runtime statically, its
+symbols hidden), and calls ncclBroadcast from ncclBcast through the PLT as NCCL 2.28 does (so a preloaded
+ncclBroadcast sees the inner call)."""
 import re
 import subprocess
 import sys

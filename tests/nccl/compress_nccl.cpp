@@ -1,7 +1,7 @@
-// tests/nccl/compress_nccl.cpp: an NCCL training loop's float gradients summed with ncclAllReduce, each checked against the sum the program computes itself (run by run_compress_nccl.py, on the CPU double).
+// tests/nccl/compress_nccl.cpp: an NCCL training loop's float gradients summed with ncclAllReduce, each checked against the sum the program computes itself (run by run_compress_nccl.py, on the CPU double); with --device the same through device buffers on one GPU.
 //
-// Usage: compress-nccl exact|lossy [NAN_STEP [TYPE [BOUND]]]
-//        compress-nccl control
+// Usage: compress-nccl [--device] exact|lossy [NAN_STEP [TYPE [BOUND]]]
+//        compress-nccl [--device] control
 //   exact  every ncclAllReduce result must equal the program's own sum bit for bit (no consent;
 //          bfloat16 sums, which NCCL rounds at every step, within 1e-2 relative L2 error)
 //   lossy  the consented sums within the compressors' bound (relative L2 error under BOUND,
@@ -12,9 +12,14 @@
 //   TYPE: the gradients' type, f32 (default), f16 or bf16 (ncclFloat16, ncclBfloat16); half and
 //          bfloat16 values are multiples of 2^-6 below 2 in magnitude, exact in either type.
 //   control: the header API on NCCL communicators (<shunt/compress/control_nccl.hpp>), without
-//          SHUNT_COMPRESS: a communicator consenting to int4 is compressed, another is not, a
+//          SHUNT_COMPRESS: a communicator consenting to random-k is compressed, another is not, a
 //          scoped "off" keeps a call site exact, error feedback is saved, restored and refused when
 //          corrupt.
+//   --device: every buffer passed to NCCL is cudaMalloc'ed memory of device 0 (each rank's inputs
+//          copied in, results copied out after cudaStreamSynchronize on a stream the program made);
+//          in compress-nccl-device (SHUNT_COMPRESS_NCCL_DEVICE, linked with the CUDA runtime) where a
+//          device is found, else exit 77. The device path has no NaN guard (a NaN spreads as in the
+//          exact sum), so the runner gives no NAN_STEP there.
 // Each step: three gradients (one in place) and a loss of one float summed with ncclAllReduce; a
 // gradient summed inside ncclGroupStart/End, one reduced with ncclMax and one of int32: calls that
 // are never compressed. The values are multiples of 2^-16 below 2 in magnitude, so that every
@@ -27,6 +32,9 @@
 
 #include <mpi.h>
 #include <nccl.h>
+#if SHUNT_COMPRESS_NCCL_DEVICE
+#include <cuda_runtime.h>
+#endif
 
 #include <cmath>
 #include <cstdint>
@@ -34,6 +42,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -105,6 +115,120 @@ void nccl_ok(ncclResult_t r, const char* what) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+bool on_device = false;  // --device
+// The program's stream with --device; else none (the double's calls on host memory complete before they return).
+cudaStream_t stream = nullptr;
+
+#if SHUNT_COMPRESS_NCCL_DEVICE
+void cuda_ok(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    std::fprintf(stderr, "compress_nccl rank %d: %s: %s\n", world_rank, what, cudaGetErrorString(e));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+/// The device buffers of one call site, grown to the largest call; `result` is the one NCCL wrote.
+struct device_slot {
+    void* send = nullptr;
+    void* recv = nullptr;
+    void* result = nullptr;
+    std::size_t bytes = 0;
+};
+constexpr int slot_count = 8;
+device_slot slots[slot_count];
+#endif
+
+/// Whether --device can run: a build with CUDA and a device on every rank (device 0 made current).
+bool device_ready() {
+    int ok = 0;
+#if SHUNT_COMPRESS_NCCL_DEVICE
+    int n = 0;
+    ok = cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 1 : 0;
+    if (ok == 0) (void)cudaGetLastError();
+#endif
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+#if SHUNT_COMPRESS_NCCL_DEVICE
+    if (ok != 0) {
+        cuda_ok(cudaSetDevice(0), "cudaSetDevice(0)");
+        cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+    }
+#endif
+    return ok != 0;
+}
+
+void device_release() {
+#if SHUNT_COMPRESS_NCCL_DEVICE
+    if (!on_device) return;
+    for (device_slot& d : slots) {
+        cuda_ok(cudaFree(d.send), "cudaFree");
+        cuda_ok(cudaFree(d.recv), "cudaFree");
+        d = {};
+    }
+    cuda_ok(cudaStreamDestroy(stream), "cudaStreamDestroy");
+    stream = nullptr;
+#endif
+}
+
+std::size_t bytes_of(std::size_t count, ncclDataType_t t) {
+    return count * (t == ncclFloat16 || t == ncclBfloat16 ? 2 : 4);
+}
+
+/// The buffers NCCL gets for host data `send` -> `recv` (the same pointer: in place) at call site
+/// `slot`: without --device the host buffers themselves (the double takes host memory); with it,
+/// the site's device buffers, the input copied in on the program's stream and an output out of
+/// place first filled with all bits set (NaN in float and half: a result left unwritten shows).
+std::pair<const void*, void*> to_nccl(int slot, const void* send, void* recv, std::size_t bytes) {
+#if SHUNT_COMPRESS_NCCL_DEVICE
+    if (on_device) {
+        device_slot& d = slots[slot];
+        if (d.bytes < bytes) {
+            cuda_ok(cudaFree(d.send), "cudaFree");
+            cuda_ok(cudaFree(d.recv), "cudaFree");
+            d = {};
+            cuda_ok(cudaMalloc(&d.send, bytes), "cudaMalloc");
+            cuda_ok(cudaMalloc(&d.recv, bytes), "cudaMalloc");
+            d.bytes = bytes;
+        }
+        cuda_ok(cudaMemcpyAsync(d.send, send, bytes, cudaMemcpyHostToDevice, stream), "copying an input in");
+        d.result = send == recv ? d.send : d.recv;
+        if (d.result != d.send) cuda_ok(cudaMemsetAsync(d.result, 0xff, bytes, stream), "filling an output");
+        return {d.send, d.result};
+    }
+#else
+    (void)slot, (void)bytes;
+#endif
+    return {send, recv};
+}
+
+/// With --device: waits for the program's stream, as a program does before it reads NCCL's results.
+void synchronize() {
+#if SHUNT_COMPRESS_NCCL_DEVICE
+    if (on_device) cuda_ok(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+#endif
+}
+
+/// With --device, once synchronize() returned: the result of call site `slot` copied out to `recv`.
+void from_nccl(int slot, void* recv, std::size_t bytes) {
+#if SHUNT_COMPRESS_NCCL_DEVICE
+    if (on_device) cuda_ok(cudaMemcpy(recv, slots[slot].result, bytes, cudaMemcpyDeviceToHost), "copying a result out");
+#else
+    (void)slot, (void)recv, (void)bytes;
+#endif
+}
+
+/// One ncclAllReduce of `count` elements of host data at `send` into `recv` through call site
+/// `slot` (see to_nccl), its result in `recv` when it returns; `grouped`: inside
+/// ncclGroupStart/End.
+void all_reduce(int slot, const void* send, void* recv, std::size_t count, ncclDataType_t t, ncclRedOp_t op,
+                ncclComm_t comm, const char* what, bool grouped = false) {
+    const std::size_t bytes = bytes_of(count, t);
+    const auto [s, r] = to_nccl(slot, send, recv, bytes);
+    if (grouped) nccl_ok(ncclGroupStart(), "ncclGroupStart");
+    nccl_ok(ncclAllReduce(s, r, count, t, op, comm, stream), what);
+    if (grouped) nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+    synchronize();
+    from_nccl(slot, recv, bytes);
+}
+
 void check(const char* what, int step, const float* got, const std::vector<float>& want, bool exact, int nan_at) {
     if (exact && type == elem::bf16 && std::strcmp(what, "ncclAllReduce") == 0) {
         // NCCL rounds bfloat16 sums at every step, in its order: within a bound, not bit for bit.
@@ -158,7 +282,7 @@ bool same_everywhere(const void* v, std::size_t bytes) {
 double sum_error(ncclComm_t comm, int n, int step, int which) {
     std::vector<float> in(static_cast<std::size_t>(n)), out(in.size()), want;
     for (int i = 0; i < n; ++i) in[static_cast<std::size_t>(i)] = value(world_rank, step, which, i);
-    nccl_ok(ncclAllReduce(in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, nullptr), "ncclAllReduce");
+    all_reduce(7, in.data(), out.data(), in.size(), ncclFloat32, ncclSum, comm, "ncclAllReduce");
     reference(step, which, n, want);
     double d = 0, w = 0;
     for (std::size_t i = 0; i < in.size(); ++i)
@@ -239,13 +363,14 @@ int control_main() {
     }
     expect(sc::save_feedback(c).size() == saved.size(), "the new communicator's state differs in shape");
     for (ncclComm_t x : {a, b, c}) nccl_ok(ncclCommDestroy(x), "ncclCommDestroy");
+    device_release();
     int any = 0;
     MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (world_rank == 0)
         std::printf(
-            "compress_nccl control: %d ranks, exact site %.3g, other communicator %.3g, random-k site %.3g, %d "
+            "compress_nccl control: %d ranks%s, exact site %.3g, other communicator %.3g, random-k site %.3g, %d "
             "failures\n",
-            world_size, exact_site, other_comm, lossy_site, any);
+            world_size, on_device ? " (device buffers)" : "", exact_site, other_comm, lossy_site, any);
     MPI_Finalize();
     return any != 0;
 }
@@ -256,6 +381,15 @@ int main(int argc, char** argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    if (argc > 1 && std::strcmp(argv[1], "--device") == 0) {
+        on_device = true;
+        --argc, ++argv;
+        if (!device_ready()) {
+            if (world_rank == 0) std::printf("compress_nccl: skipped: no CUDA device (or a build without CUDA)\n");
+            MPI_Finalize();
+            return 77;
+        }
+    }
     if (argc > 1 && std::strcmp(argv[1], "control") == 0) return control_main();
     const bool exact = argc > 1 && std::strcmp(argv[1], "exact") == 0;
     const int nan_step = argc > 2 ? std::atoi(argv[2]) : -1;
@@ -273,10 +407,9 @@ int main(int argc, char** argv) {
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t comm = nullptr;
     nccl_ok(ncclCommInitRank(&comm, world_size, id, world_rank), "ncclCommInitRank");
-    cudaStream_t stream = nullptr;  // the double's calls complete before they return
 
     std::vector<float> in[tensors], out[tensors], want;
-    std::vector<std::uint16_t> in16, out16;  // half and bfloat16 gradients
+    std::vector<std::uint16_t> in16[tensors], out16[tensors];  // half and bfloat16 gradients
     for (int t = 0; t < tensors; ++t) {
         in[t].resize(static_cast<std::size_t>(sizes[t]));
         out[t].resize(static_cast<std::size_t>(sizes[t]));
@@ -287,40 +420,58 @@ int main(int argc, char** argv) {
     bool identical = true;
     long long calls = 0;
     for (int step = 0; step < steps; ++step) {
+        // The step's gradients are all there before their sums, which go one call after another as
+        // a training step issues them (the plan weighs the compute between stream-ordered calls),
+        // the loss last; the checks follow.
+        const void* send[tensors + 1];
+        void* recv[tensors + 1];
+        std::size_t count[tensors + 1];
         for (int t = 0; t < tensors; ++t) {
-            const int n = sizes[t];
-            for (int i = 0; i < n; ++i) in[t][static_cast<std::size_t>(i)] = element_value(world_rank, step, t, i);
-            const int nan_at = step == nan_step && t == 0 ? n / 3 : -1;
-            if (nan_at >= 0 && world_rank == nan_rank) in[t][static_cast<std::size_t>(nan_at)] = NAN;
-            void* send = in[t].data();
-            void* recv = out[t].data();
+            const auto n = static_cast<std::size_t>(sizes[t]);
+            for (std::size_t i = 0; i < n; ++i) in[t][i] = element_value(world_rank, step, t, static_cast<int>(i));
+            if (step == nan_step && t == 0 && world_rank == nan_rank) in[t][n / 3] = NAN;
+            send[t] = in[t].data();
+            recv[t] = out[t].data();
             if (type != elem::f32) {
-                in16.resize(static_cast<std::size_t>(n));
-                out16.resize(static_cast<std::size_t>(n));
-                for (int i = 0; i < n; ++i)
-                    in16[static_cast<std::size_t>(i)] = bits16(in[t][static_cast<std::size_t>(i)]);
-                send = in16.data();
-                recv = out16.data();
+                in16[t].resize(n);
+                out16[t].resize(n);
+                for (std::size_t i = 0; i < n; ++i) in16[t][i] = bits16(in[t][i]);
+                send[t] = in16[t].data();
+                recv[t] = out16[t].data();
+                if (t == 1) out16[t] = in16[t];
             } else if (t == 1) {
                 out[t] = in[t];
             }
-            if (t == 1) {  // in place
-                if (type != elem::f32) out16 = in16;
-                nccl_ok(ncclAllReduce(recv, recv, n, nccl_type, ncclSum, comm, stream), "ncclAllReduce in place");
-            } else {
-                nccl_ok(ncclAllReduce(send, recv, n, nccl_type, ncclSum, comm, stream), "ncclAllReduce");
-            }
+            if (t == 1) send[t] = recv[t];  // in place
+            count[t] = n;
+        }
+        float loss = static_cast<float>(world_rank) + 0.5f * static_cast<float>(step), total = 0;
+        send[tensors] = &loss;
+        recv[tensors] = &total;
+        count[tensors] = 1;
+        const void* nccl_send[tensors + 1];
+        void* nccl_recv[tensors + 1];
+        for (int k = 0; k <= tensors; ++k)
+            std::tie(nccl_send[k], nccl_recv[k]) =
+                to_nccl(k, send[k], recv[k], bytes_of(count[k], k < tensors ? nccl_type : ncclFloat32));
+        for (int t = 0; t < tensors; ++t)
+            nccl_ok(ncclAllReduce(nccl_send[t], nccl_recv[t], count[t], nccl_type, ncclSum, comm, stream),
+                    t == 1 ? "ncclAllReduce in place" : "ncclAllReduce");
+        nccl_ok(ncclAllReduce(nccl_send[tensors], nccl_recv[tensors], 1, ncclFloat32, ncclSum, comm, stream),
+                "ncclAllReduce of the loss");
+        synchronize();
+        for (int k = 0; k <= tensors; ++k)
+            from_nccl(k, recv[k], bytes_of(count[k], k < tensors ? nccl_type : ncclFloat32));
+        for (int t = 0; t < tensors; ++t) {
+            const int n = sizes[t];
+            const int nan_at = step == nan_step && t == 0 ? n / 3 : -1;
             if (type != elem::f32)
-                for (int i = 0; i < n; ++i)
-                    out[t][static_cast<std::size_t>(i)] = from16(out16[static_cast<std::size_t>(i)]);
+                for (std::size_t i = 0; i < count[t]; ++i) out[t][i] = from16(out16[t][i]);
             ++calls;
             reference(step, t, n, want);
             check("ncclAllReduce", step, out[t].data(), want, exact || nan_at >= 0, nan_at);
             identical = identical && same_everywhere(out[t].data(), out[t].size() * 4);
         }
-        // The loss: one float.
-        float loss = static_cast<float>(world_rank) + 0.5f * static_cast<float>(step), total = 0;
-        nccl_ok(ncclAllReduce(&loss, &total, 1, ncclFloat32, ncclSum, comm, stream), "ncclAllReduce of the loss");
         float total_want = 0;
         for (int r = 0; r < world_size; ++r) total_want += static_cast<float>(r) + 0.5f * static_cast<float>(step);
         if (total != total_want) {
@@ -332,13 +483,11 @@ int main(int argc, char** argv) {
             g[static_cast<std::size_t>(i)] = value(world_rank, step, 5, i);
             gi[static_cast<std::size_t>(i)] = (i % 1000 - 500) * (world_rank + 1) + step;
         }
-        nccl_ok(ncclGroupStart(), "ncclGroupStart");
-        nccl_ok(ncclAllReduce(g.data(), g.data(), other, ncclFloat32, ncclSum, comm, stream), "grouped ncclAllReduce");
-        nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+        all_reduce(4, g.data(), g.data(), other, ncclFloat32, ncclSum, comm, "grouped ncclAllReduce", true);
         reference(step, 5, other, want);
         check("grouped ncclAllReduce", step, g.data(), want, true, -1);
         for (int i = 0; i < other; ++i) g[static_cast<std::size_t>(i)] = value(world_rank, step, 6, i);
-        nccl_ok(ncclAllReduce(g.data(), gmax.data(), other, ncclFloat32, ncclMax, comm, stream), "ncclAllReduce max");
+        all_reduce(5, g.data(), gmax.data(), other, ncclFloat32, ncclMax, comm, "ncclAllReduce max");
         for (int i = 0; i < other; ++i) {
             float m = value(0, step, 6, i);
             for (int r = 1; r < world_size; ++r) m = std::fmax(m, value(r, step, 6, i));
@@ -349,7 +498,7 @@ int main(int argc, char** argv) {
                 break;
             }
         }
-        nccl_ok(ncclAllReduce(gi.data(), gi.data(), other, ncclInt32, ncclSum, comm, stream), "ncclAllReduce int32");
+        all_reduce(6, gi.data(), gi.data(), other, ncclInt32, ncclSum, comm, "ncclAllReduce int32");
         for (int i = 0; i < other; ++i) {
             std::int32_t s = 0;
             for (int r = 0; r < world_size; ++r) s += (i % 1000 - 500) * (r + 1) + step;
@@ -366,14 +515,16 @@ int main(int argc, char** argv) {
         ++failures;
     }
     nccl_ok(ncclCommDestroy(comm), "ncclCommDestroy");
+    device_release();
     int any = 0;
     MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     if (world_rank == 0)
         std::printf(
-            "compress_nccl: %d ranks, %d steps, %lld %s gradient sums, %s, largest relative error %.3g, %d "
+            "compress_nccl: %d ranks, %d steps, %lld %s gradient sums%s, %s, largest relative error %.3g, %d "
             "failures\n",
-            world_size, steps, calls, type_name, exact ? "exact" : "lossy", worst, any);
+            world_size, steps, calls, type_name, on_device ? " in device buffers" : "", exact ? "exact" : "lossy",
+            worst, any);
     MPI_Finalize();
     return any != 0;
 }

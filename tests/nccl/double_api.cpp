@@ -1,7 +1,7 @@
 // tests/nccl/double_api.cpp: the NCCL 2.28 API exported by the CPU double: arguments checked as NCCL checks them,
-// group semantics (per-thread nesting, calls queued until the outermost ncclGroupEnd), blocking and non-blocking
-// communicators, init (one id or several), split, shrink, finalize, destroy and abort. Every function has its pnccl*
-// twin.
+// group semantics (per-thread nesting, calls queued with their stream until the outermost ncclGroupEnd), blocking and
+// non-blocking communicators, init (one id or several), split, shrink, finalize, destroy and abort. Every function
+// has its pnccl* twin. Built with CUDA, buffers may be device or managed memory (staged when the group runs).
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -377,7 +377,7 @@ ncclResult_t check_args(func fn, comm* c, const void* sendbuff, const void* recv
 
 // Every collective and point-to-point call: NCCL's ncclEnqueueCheck inside an implicit group.
 ncclResult_t enqueue(func fn, const void* sendbuff, void* recvbuff, size_t count, const ncclDataType_t& type,
-                     const ncclRedOp_t& red, int root, ncclComm_t h) {
+                     const ncclRedOp_t& red, int root, ncclComm_t h, cudaStream_t stream) {
     comm* c = nullptr;
     ncclResult_t r = check_comm(h, func_name(fn), &c);
     if (r != ncclSuccess) {
@@ -402,6 +402,7 @@ ncclResult_t enqueue(func fn, const void* sendbuff, void* recvbuff, size_t count
         o->type = type;  // valid by now
         if (reduces(fn)) o->red = resolve(c, red, type);
         o->root = root;
+        o->stream = stream;
         group.ops.push_back(std::move(o));
     }
     if (r != ncclSuccess && !blocking) c->state.store(r);
@@ -1110,24 +1111,21 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm
 SHUNT_DOUBLE_API(ncclResult_t, ncclAllReduce, const void* sendbuff, void* recvbuff, size_t count,
                  ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclAllReduce", [&]() -> ncclResult_t {
-        (void)stream;  // host memory: the call completes before it returns
-        return enqueue(func::allreduce, sendbuff, recvbuff, count, datatype, op, 0, comm);
+        return enqueue(func::allreduce, sendbuff, recvbuff, count, datatype, op, 0, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclReduce, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                  ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclReduce", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::reduce, sendbuff, recvbuff, count, datatype, op, root, comm);
+        return enqueue(func::reduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclBroadcast, const void* sendbuff, void* recvbuff, size_t count,
                  ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclBroadcast", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::broadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm);
+        return enqueue(func::broadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
     });
 }
 
@@ -1140,55 +1138,48 @@ SHUNT_DOUBLE_API(ncclResult_t, ncclBcast, void* buff, size_t count, ncclDataType
 SHUNT_DOUBLE_API(ncclResult_t, ncclReduceScatter, const void* sendbuff, void* recvbuff, size_t recvcount,
                  ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclReduceScatter", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::reduce_scatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm);
+        return enqueue(func::reduce_scatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclAllGather, const void* sendbuff, void* recvbuff, size_t sendcount,
                  ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclAllGather", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::allgather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm);
+        return enqueue(func::allgather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
                  ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclAlltoAll", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::alltoall, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm);
+        return enqueue(func::alltoall, sendbuff, recvbuff, count, datatype, ncclSum, 0, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                  int root, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclGather", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::gather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm);
+        return enqueue(func::gather, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                  int root, ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclScatter", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::scatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm);
+        return enqueue(func::scatter, sendbuff, recvbuff, count, datatype, ncclSum, root, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                  ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclSend", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::send, sendbuff, nullptr, count, datatype, ncclSum, peer, comm);
+        return enqueue(func::send, sendbuff, nullptr, count, datatype, ncclSum, peer, comm, stream);
     });
 }
 
 SHUNT_DOUBLE_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                  ncclComm_t comm, cudaStream_t stream) {
     return guarded("ncclRecv", [&]() -> ncclResult_t {
-        (void)stream;
-        return enqueue(func::recv, nullptr, recvbuff, count, datatype, ncclSum, peer, comm);
+        return enqueue(func::recv, nullptr, recvbuff, count, datatype, ncclSum, peer, comm, stream);
     });
 }

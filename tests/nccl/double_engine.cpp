@@ -1,7 +1,7 @@
 // tests/nccl/double_engine.cpp: runs the NCCL double's queued operations: one poll() loop over every connection
 // of every communicator in the group, so grouped sends and receives never deadlock and one thread can drive
 // several communicators. Each collective sends its whole contribution to the ranks that need it and reduces
-// locally in rank order.
+// locally in rank order. Device buffers are staged around the run (double_device.cpp).
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -511,7 +511,10 @@ ncclResult_t run_ops(const std::vector<op*>& ops, const char* call) {
     const run_ctx x{call};
     ncclResult_t r;
     try {
-        r = engine(x, works);
+        device_stage staged;  // device buffers: the run reads and writes host copies
+        r = stage_in(ops, call, &staged);
+        if (r == ncclSuccess) r = engine(x, works);
+        if (r == ncclSuccess) r = stage_out(staged, call);
     } catch (const std::exception& e) {  // staging or an unexpected message too large for this machine
         r = fail(ncclSystemError, "%s: %s", call, e.what());
     }

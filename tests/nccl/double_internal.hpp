@@ -1,5 +1,5 @@
 // tests/nccl/double_internal.hpp: internals of libnccl_double.so, the CPU test double of NCCL: sockets,
-// reductions, communicators and the operations queued on them.
+// reductions, communicators, the operations queued on them and their device buffers' host copies.
 #pragma once
 
 #include <nccl.h>
@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace shunt::test_double {
@@ -133,6 +134,7 @@ struct op {
     ncclDataType_t type = ncclInt8;
     red_spec red;
     int root = 0;  // the root, or the peer of a send or receive
+    cudaStream_t stream = nullptr;  // the call's: device buffers are staged after the work queued on it
     // shrink_exchange: the parent's ranks taking part; its seq is set by the caller (the parent's collectives keep
     // theirs).
     std::vector<int> peers;
@@ -235,8 +237,31 @@ int raw(const E& e) {
 inline comm* as_comm(ncclComm_t c) { return reinterpret_cast<comm*>(c); }
 inline ncclComm_t as_handle(comm* c) { return reinterpret_cast<ncclComm_t>(c); }
 
-/// Runs the operations (several communicators allowed, each one's in program order) to completion. Locks each
-/// communicator; on failure every one of them is left in the error state.
+/// Runs the operations (several communicators allowed, each one's in program order) to completion, device buffers
+/// staged (stage_in, stage_out). Locks each communicator; on failure every one of them is left in the error state.
 ncclResult_t run_ops(const std::vector<op*>& ops, const char* call);
+
+// ---- Device buffers (double_device.cpp) ----
+
+/// The host copies that a run's operations use in place of their device and managed buffers.
+struct device_stage {
+    struct buffer {
+        std::vector<char> host;
+        void* device = nullptr;  // where the result goes back (nullptr: an input only)
+        size_t bytes = 0, offset = 0;  // of the result, and its place in `host`
+        cudaStream_t stream = nullptr;
+        int dev = -1;
+    };
+    std::vector<buffer> buffers;
+    std::vector<std::pair<cudaStream_t, int>> streams;  // with their device, synchronised before and after
+};
+
+/// Before a run (its communicators locked), where built with CUDA and a device is found: every operation with a
+/// device or managed buffer (cudaPointerGetAttributes) waits for its stream, gets host copies of its inputs and
+/// room for its outputs, and is pointed at them (in-place buffers share one copy); pinned host buffers only wait
+/// for their stream. Host memory, a build without CUDA and a process without a device stage nothing.
+ncclResult_t stage_in(const std::vector<op*>& ops, const char* call, device_stage* s);
+/// After a successful run: the outputs copied back to the device buffers, every stream synchronised.
+ncclResult_t stage_out(device_stage& s, const char* call);
 
 }  // namespace shunt::test_double
