@@ -209,8 +209,13 @@ void nccl_executor::keep(ncclComm_t comm, bool blocking, bool single_process) no
 bool nccl_executor::capturing(cudaStream_t stream) const noexcept {
     if (real_.stream_is_capturing == nullptr) return false;
     int status = 0;  // cudaStreamCaptureStatusNone, CU_STREAM_CAPTURE_STATUS_NONE
-    if (real_.stream_is_capturing(stream, &status) != 0) return true;  // cannot tell: as if capturing
-    return status != 0;
+    const int rc = real_.stream_is_capturing(stream, &status);
+    if (rc == 0) return status != 0;
+    // No device, no driver or a stub library (the runtime's cudaErrorNoDevice 100,
+    // cudaErrorInsufficientDriver 35, cudaErrorStubLibrary 34; the driver's CUDA_ERROR_NO_DEVICE 100,
+    // CUDA_ERROR_NOT_INITIALIZED 3, CUDA_ERROR_STUB_LIBRARY 34): no stream can be capturing.
+    const bool no_device = rc == 100 || rc == 34 || (real_.driver_capture_query ? rc == 3 : rc == 35);
+    return !no_device;  // any other error: cannot tell, as if capturing
 }
 
 bool nccl_executor::ready(comm_state& c, ncclComm_t comm, cudaStream_t stream, bool untabled) noexcept {

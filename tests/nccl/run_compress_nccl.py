@@ -32,6 +32,8 @@ Each run has the built-in model (an empty cache directory) and these expectation
   ranks on 3 nodes of 2 (hierarchical), each with a NaN at step 8: the gradients planned int4
   alltoall+allgather (flat, resp. hierarchical), within int4's bound for a twice compressed sum (0.6),
   the NaN call exact, one warning and one fallback per rank;
+- the auto case again with libcudart.so loaded after libshunt.so (no driver here): compressed as before
+  (a process with the CUDA runtime and no device has no stream capturing; host buffers only);
 - the header API on NCCL communicators (compress-nccl control, its own checks), at every rank count;
 - with fewer than 4 ranks: SHUNT_COMPRESS=off compresses nothing, and SHUNT_COMPRESS=auto on one node
   (no topology: no link to save) plans every call exact, every result bit for bit.
@@ -45,6 +47,7 @@ the device scheme (int4 device alltoall+allgather). Exit 77 (skipped) where the 
 Exit status: 0 pass, 1 fail, 77 skipped.
 """
 import argparse
+import glob
 import os
 import re
 import subprocess
@@ -80,9 +83,10 @@ def main():
     base["XDG_CACHE_HOME"] = cache
     base.setdefault("NCCL_DOUBLE_TIMEOUT", "60")
 
-    def run(program_args, **shunt):
+    def run(program_args, preload_after="", **shunt):
         cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", str(ranks)]
-        cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
+        preload = args.lib + (":" + preload_after if preload_after else "")
+        cmd += ["-x", "LD_PRELOAD=" + preload] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", preload]
         env = dict(base, SHUNT_REPORT="rank", **{"SHUNT_" + k.upper(): str(v) for k, v in shunt.items()})
         program_args = (["--device"] if device else []) + program_args
         try:
@@ -164,6 +168,18 @@ def main():
         fail(f"{what}: expected every compressed option on the {place}, got {chosen}", p)
     print(f"ok: {what}: {counts[0]} calls compressed per rank; plan {plans[0]}, options {chosen}; "
           f"{p.stdout.strip()}")
+
+    # The same with the CUDA runtime loaded in a process without a driver (a host-memory NCCL program
+    # linked to libcudart): no stream can be capturing, so compression goes on.
+    cudart = sorted(glob.glob(os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64", "libcudart.so.*")))
+    if not device and cudart:
+        p, what = run(["lossy"], preload_after=cudart[0], **two_nodes)
+        counts = compressed_counts(p, what)
+        if min(counts) < 9:
+            fail(f"{what}: compressed calls per rank {counts} with libcudart loaded, expected at least 9", p)
+        print(f"ok: {what}: {counts[0]} calls compressed per rank with {os.path.basename(cudart[0])} loaded")
+    elif not device:
+        print("note: no libcudart.so under CUDA_HOME or /usr/local/cuda: the no-driver capture case not run")
 
     # A warm-up longer than the run (the planner's, alike for both kinds of buffers: on the host only).
     if not device:
