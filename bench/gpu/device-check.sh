@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # bench/gpu/device-check.sh: the whole GPU check in one command, on a bare GPU machine with nvcc and PyTorch (with NCCL):
 # installs what bench/gpu/prepare-device.sh put in .device/, builds what the checks need of shunt (CUDA, NCCL, MPICH from
-# PyPI), then: bench-gpu-pack (every kernel shape against the kernels before the fast path and the sector bound, and the
-# 32 B rows again with the L2 fetch granularity at 32), the MPI_Pack comparison with TEMPI where .device/tempi is there,
-# the gpu suite (kernels against the host packer, device buffers through MPI, the CUDA compressors, real NCCL under the
-# preload, ncclAllReduce's device compression path on the CPU double of NCCL with 2-6 ranks sharing the GPU, quick
-# benchmarks) beside compute-sanitizer's memcheck, racecheck and synccheck on the suite's programs,
-# shunt-measure's device tables with --validate and --decisions, real NCCL at one rank under the preload and with the
-# tuner plugin. Writes OUT/summary.txt and OUT/logs.tgz (every log). Meant to end within 8 minutes.
+# PyPI), then, in this order: the gpu suite (kernels against the host packer, device buffers through MPI, the CUDA
+# compressors with their throughput, MPI sums of device buffers compressed on the GPU, real NCCL under the preload,
+# ncclAllReduce's device compression path on the CPU double of NCCL with 2-6 ranks sharing the GPU, quick benchmarks)
+# beside compute-sanitizer's memcheck, racecheck and synccheck on the suite's programs; shunt-measure's device tables
+# with --validate and --decisions; real NCCL at one rank under the preload and with the tuner plugin; last, in what
+# time is left, bench-gpu-pack (every row against the kernels before the fast path and the sector bound) and the
+# MPI_Pack comparison with TEMPI where .device/tempi is there. Writes OUT/summary.txt and OUT/logs.tgz (every log).
+# Each step's limit shrinks to the time left of DEVICE_CHECK_SECONDS (default 450: the run ends within 8 minutes),
+# and a step with no time left is skipped and said so.
 #   usage: bench/gpu/device-check.sh [OUT]
 #   DEVICE_CHECK_ONLY=pack: build, bench-gpu-pack, TEMPI's comparison and gpu_pack only;
 #   DEVICE_CHECK_BUILD_ONLY=1: install and build only (how the script is tried without a GPU)
@@ -25,6 +27,16 @@ mkdir -p "$logs"
 note() {
   printf '[%4ds] %s\n' "$((SECONDS - start))" "$*" | tee -a "$summary"
   tar -C "$out" -czf "$out/logs.tgz.new" logs 2>/dev/null && mv "$out/logs.tgz.new" "$out/logs.tgz"
+}
+
+# The whole run's budget (DEVICE_CHECK_SECONDS, default 450 s from the start): within MAX gives a step MAX seconds or
+# what is left less 20 s for the end, 0 when under 15 s would be left (the step is then skipped, and said so).
+deadline=${DEVICE_CHECK_SECONDS:-450}
+within() {
+  local l=$((deadline - (SECONDS - start) - 20))
+  [ "$l" -gt "$1" ] && l=$1
+  [ "$l" -lt 15 ] && l=0
+  echo "$l"
 }
 
 # 1. What .device/ brings: wheels into /tmp (mpich with its data files under a prefix), packages unpacked under /tmp/deb.
@@ -96,27 +108,39 @@ else
 fi
 # DEVICE_CHECK_BUILD_ONLY=1: stop here (how the install and build steps are tried on a machine without a GPU).
 if [ -n "${DEVICE_CHECK_BUILD_ONLY:-}" ]; then note "build only: done"; exit 0; fi
-# 3. bench-gpu-pack alone on the GPU: every row, the kernels before the fast path (DEVICE_CHECK_SHAPES=1: every fast-path
-# shape too, longer); then the 32 B rows with the L2 fetch granularity at 32 bytes (a device-wide limit, set inside
-# that run only).
-timeout 220 "$build/bench/gpu/bench-gpu-pack" ${DEVICE_CHECK_SHAPES:+--shapes} --time 0.4 --csv "$logs/pack.csv" \
-  >"$logs/pack.txt" 2>&1
-note "bench-gpu-pack: exit $? ($(grep -c '^pack\|^unpack' "$logs/pack.txt") rows)"
-timeout 60 "$build/bench/gpu/bench-gpu-pack" --blocks 32 --l2-fetch 32 --time 0.5 >"$logs/pack-l2fetch32.txt" 2>&1
-note "bench-gpu-pack --blocks 32 --l2-fetch 32: exit $? ($(grep -m1 -o 'set to 32.*ms' "$logs/pack-l2fetch32.txt"))"
+# The pack kernels' steps (run last, in what time is left, except with DEVICE_CHECK_ONLY=pack):
+# bench-gpu-pack alone on the GPU: every row, the kernels before the fast path (DEVICE_CHECK_SHAPES=1: every fast-path
+# shape too, longer, and the 32 B rows again with the L2 fetch granularity at 32 bytes, a device-wide limit set inside
+# that run only); then MPI_Pack of device buffers by one unmodified program, shunt against TEMPI (built here from
+# .device/tempi), interleaved processes (tempi.txt, tempi.log).
+pack_steps() {
+  local t
+  t=$(within 220)
+  if [ "$t" -gt 0 ]; then
+    timeout "$t" "$build/bench/gpu/bench-gpu-pack" ${DEVICE_CHECK_SHAPES:+--shapes} --time 0.4 --csv "$logs/pack.csv" \
+      >"$logs/pack.txt" 2>&1
+    note "bench-gpu-pack: exit $? ($(grep -c '^pack\|^unpack' "$logs/pack.txt") rows, limit ${t} s)"
+  else
+    note "bench-gpu-pack: skipped (no time left)"
+  fi
+  if [ -n "${DEVICE_CHECK_SHAPES:-}" ] && t=$(within 60) && [ "$t" -gt 0 ]; then
+    timeout "$t" "$build/bench/gpu/bench-gpu-pack" --blocks 32 --l2-fetch 32 --time 0.5 >"$logs/pack-l2fetch32.txt" 2>&1
+    note "bench-gpu-pack --blocks 32 --l2-fetch 32: exit $? ($(grep -m1 -o 'set to 32.*ms' "$logs/pack-l2fetch32.txt"))"
+  fi
+  if [ ! -d .device/tempi ]; then
+    note "TEMPI: no .device/tempi (bench/gpu/prepare-device.sh with the TEMPI mirror)"
+  elif t=$(within 120) && [ "$t" -gt 30 ]; then
+    timeout "$t" bench/gpu/tempi.sh --build "$build" --rounds 3 --budget $((t / 2)) .device/tempi "$logs" >/dev/null 2>&1
+    note "TEMPI against shunt (tempi.txt): exit $?; $(grep -m1 -E '^(geometric|no case|tempi.sh)' "$logs/tempi.txt")"
+  else
+    note "TEMPI against shunt: skipped (no time left)"
+  fi
+}
 
-# 4. MPI_Pack of device buffers by one unmodified program, shunt against TEMPI (built here from .device/tempi),
-# interleaved processes (tempi.txt, tempi.log).
-if [ -d .device/tempi ]; then
-  timeout 120 bench/gpu/tempi.sh --build "$build" --rounds 3 --budget 60 .device/tempi "$logs" >/dev/null 2>&1
-  note "TEMPI against shunt (tempi.txt): exit $?; $(grep -m1 -E '^(geometric|no case|tempi.sh)' "$logs/tempi.txt")"
-else
-  note "TEMPI: no .device/tempi (bench/gpu/prepare-device.sh with the TEMPI mirror)"
-fi
-
-# DEVICE_CHECK_ONLY=pack: the pack kernels alone (the benchmarks above and gpu_pack against the host packer), then stop.
+# DEVICE_CHECK_ONLY=pack: the pack kernels alone (the steps above and gpu_pack against the host packer), then stop.
 if [ "${DEVICE_CHECK_ONLY:-}" = pack ]; then
-  timeout 200 "$build/tests/gpu/gpu_pack" >"$logs/gpu_pack.log" 2>&1
+  pack_steps
+  timeout "$(within 200)" "$build/tests/gpu/gpu_pack" >"$logs/gpu_pack.log" 2>&1
   note "gpu_pack: exit $? ($(tail -1 "$logs/gpu_pack.log"))"
   note "done in $((SECONDS - start)) s"
   tar -C "$out" -czf "$out/logs.tgz" logs && rm -rf "$logs"
@@ -125,7 +149,7 @@ fi
 
 # 5. The gpu suite, and compute-sanitizer's three tools on the suite's programs beside it (short cases). The suite
 # includes compress_nccl_device_np2/np4 (tests/nccl: compress-nccl --device, whose double is built with it).
-timeout 300 meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
+timeout "$(within 240)" meson test -C "$build" --suite gpu --no-rebuild --num-processes 1 --print-errorlogs >/dev/null 2>&1 &
 suite_pid=$!
 san() {  # tool name command...: one sanitized run, its verdict in sanitizer.log
   local tool=$1 name=$2; shift 2
@@ -162,6 +186,12 @@ cp "$build/meson-logs/testlog.txt" "$logs/gpu-suite.log"
 note "gpu suite: $(grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):' "$logs/gpu-suite.log" | tr -s ' ' | tr '\n' ' ')"
 grep -E '^ *[0-9]+/[0-9]+ .*(FAIL|TIMEOUT|SKIP)' "$build/meson-logs/testlog.txt" | sed 's/^/  /' | tee -a "$summary"
 grep -h -E '^gpu_pack on|^gpu_compress' "$logs/gpu-suite.log" | head -3 | sed 's/^/  /' | tee -a "$summary"
+# The CUDA compressors' throughput against the device's copy (gpu_compress), and the MPI sums of device buffers
+# (gpu_compress_mpi: the device and host places).
+grep -h -E '^device .*copy of|^method +stage|^(fp16|bf16|int8|int4|randomk|topk|sign) +(encode|decode|combine) |^throughput goal' \
+  "$logs/gpu-suite.log" | sed 's/^/  /' | tee -a "$summary"
+grep -h -E '^(ok|FAIL): gpu_compress_mpi' "$logs/gpu-suite.log" | cut -c1-240 | head -8 |
+  sed 's/^/  /' | tee -a "$summary"
 # ncclAllReduce's device compression path (device buffers on the double, run_compress_nccl.py --device): each test's
 # result and duration, the cases passed, the first failures.
 note "compress_nccl device buffers: $(awk '/^test: .*compress_nccl_device_np/ {name=$NF} name && /^duration:/ {d=$2}
@@ -172,21 +202,21 @@ grep -m2 -h '^FAIL: compress-nccl --device' "$logs/gpu-suite.log" | cut -c1-300 
 # 6. The device tables of the cost model, then their prediction error on held-out sizes and the pack decisions.
 {
   m=(--only copy. --only launch --only pack.device --only pack.mapped --output "$logs/model-device.json")
-  timeout 60 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --budget 20; echo "exit $?"
-  timeout 60 mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --validate --decisions; echo "exit $?"
+  timeout "$(within 60)" mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --budget 20; echo "exit $?"
+  timeout "$(within 60)" mpiexec -n 1 "$build/src/shunt-measure" "${m[@]}" --validate --decisions; echo "exit $?"
 } >"$logs/measure.log" 2>&1
 note "shunt-measure device tables: $(grep -c '^exit 0' "$logs/measure.log") of 2 runs exit 0"
 
 # 7. Real NCCL at one rank under the preload (every intercepted call, results checked), then with the tuner plugin.
 {
   echo "== nccl-ops-device under the preload, SHUNT_REPORT=rank"
-  LD_PRELOAD="$PWD/$build/interpose/libshunt.so" SHUNT_REPORT=rank timeout 60 "$build/tests/nccl/nccl-ops-device"
+  LD_PRELOAD="$PWD/$build/interpose/libshunt.so" SHUNT_REPORT=rank timeout "$(within 60)" "$build/tests/nccl/nccl-ops-device"
   echo "exit $?"
   tuner=$(find "$build" -name 'libshunt-nccl-tuner.so' | head -1)
   if [ -n "$tuner" ]; then
     echo "== the same with NCCL_TUNER_PLUGIN=$tuner NCCL_DEBUG=INFO SHUNT_LOG=decide"
     LD_PRELOAD="$PWD/$build/interpose/libshunt.so" NCCL_TUNER_PLUGIN="$PWD/$tuner" NCCL_DEBUG=INFO \
-      NCCL_DEBUG_SUBSYS=INIT,TUNING SHUNT_LOG=decide timeout 60 "$build/tests/nccl/nccl-ops-device"
+      NCCL_DEBUG_SUBSYS=INIT,TUNING SHUNT_LOG=decide timeout "$(within 60)" "$build/tests/nccl/nccl-ops-device"
     echo "exit $?"
   else
     echo "== no tuner plugin built"
@@ -196,11 +226,14 @@ note "shunt-measure device tables: $(grep -c '^exit 0' "$logs/measure.log") of 2
   gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
   ranks=$(( gpus >= 4 ? gpus / 2 * 2 : 1 ))
   echo "== shunt-measure --nccl at $ranks rank(s) of $gpus GPU(s), SHUNT_TOPOLOGY=node=$(( ranks >= 4 ? ranks / 2 : 1 ))"
-  SHUNT_TOPOLOGY=node=$(( ranks >= 4 ? ranks / 2 : 1 )) timeout 120 mpiexec -n "$ranks" "$build/src/shunt-measure" \
+  SHUNT_TOPOLOGY=node=$(( ranks >= 4 ? ranks / 2 : 1 )) timeout "$(within 120)" mpiexec -n "$ranks" "$build/src/shunt-measure" \
     --nccl --nccl-library "$so" --output "$logs/model-nccl.json" --budget 60
   echo "exit $?"
 } >"$logs/nccl.log" 2>&1
 note "shunt-measure --nccl: $(grep -A3 '^== shunt-measure --nccl' "$logs/nccl.log" | grep -m1 -E 'shunt-measure: |exit' || echo 'no line (nccl.log)')"
 note "real NCCL under the preload: $(grep -m1 'NCCL results checked' "$logs/nccl.log" || echo 'no result line (nccl.log)'); tuner lines: $(grep -ci 'tuner' "$logs/nccl.log")"
+
+# 8. The pack kernels' benchmarks and TEMPI's comparison, in what time is left.
+pack_steps
 note "done in $((SECONDS - start)) s"
 tar -C "$out" -czf "$out/logs.tgz" logs && rm -rf "$logs"

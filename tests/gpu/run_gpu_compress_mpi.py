@@ -63,7 +63,7 @@ def main():
         cmd = [args.mpiexec] + args.mpiexec_arg + ["-n", str(RANKS)]
         cmd += ["-x", "LD_PRELOAD=" + args.lib] if args.flavour == "openmpi" else ["-genv", "LD_PRELOAD", args.lib]
         env = dict(base, SHUNT_REPORT="rank", **{"SHUNT_" + k.upper(): str(v) for k, v in shunt.items()})
-        what = f"{' '.join(program_args)} with {shunt}"
+        what = f"gpu_compress_mpi {' '.join(program_args)} with {shunt}"
         try:
             p = subprocess.run(cmd + [args.program] + program_args, capture_output=True, text=True, env=env,
                                timeout=TIMEOUT)
