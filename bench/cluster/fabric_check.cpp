@@ -384,8 +384,9 @@ int main(int argc, char** argv) {
                 "coordinated spines, chosen by address plane), N trials each (default 3, new source ports each\n"
                 "time). Compares each completion time with the flow model's for the paths the connections took\n"
                 "(capacities: one flow's measured goodput). hier: the first phase of shunt's hierarchical\n"
-                "allreduce that crosses the spines. --smoke: one small trial each, exit 1 outside the tolerance\n"
-                "(default 0.2; the smoke test's 0.5). --verbose: every uplink whose counters disagree with the\n"
+                "allreduce that crosses the spines. --smoke: two small trials each, exit 1 where neither is within\n"
+                "the tolerance (default 0.2; the smoke test's 0.5) or a path is off. --verbose: every uplink whose "
+                "counters disagree with the\n"
                 "learned paths. --cc: the connections' TCP congestion control (default: the system's). --pace B:\n"
                 "each connection sends at most B bytes/s (default: the link rate, as a NIC would; 0: no limit).");
             return 0;
@@ -393,9 +394,10 @@ int main(int argc, char** argv) {
             die("unknown option " + a);
     }
     if (!(mib > 0 && mib <= 1024) || trials < 1 || trials > 50 || !(tolerance > 0)) die("bad option value");
-    if (smoke) {
+    if (smoke) {  // two small trials: a timing check passes where either agrees with the model (load on
+        // a shared machine slows a trial, never speeds one up past the model)
         mib = std::min(mib, 2.0);
-        trials = 1;
+        trials = 2;
     }
     const description d = read_description();
     if (pace < 0) pace = d.rate_bit / 8;
@@ -551,18 +553,20 @@ int main(int argc, char** argv) {
                                    ru0.ru_stime.tv_usec);
     std::printf("\nsummary (mean over trials; model: the same paths' max-min completion):\n");
     for (mode m : {mode::ecmp, mode::split, mode::pinned}) {
-        double meas = 0, pred = 0, worst = 0;
+        double meas = 0, pred = 0, worst = 0, best = 1e300;
         bool paths = true;
         for (const auto& o : results[m]) {
             meas += o.measured / static_cast<double>(results[m].size());
             pred += o.predicted / static_cast<double>(results[m].size());
-            worst = std::max(worst, std::abs(o.measured / o.predicted - 1));
+            const double off = std::abs(o.measured / o.predicted - 1);
+            worst = std::max(worst, off);
+            best = std::min(best, off);
             paths = paths && o.paths_ok;
         }
-        std::printf("  %-15s measured %.3f s, model %.3f s (x %.3f, worst trial off by %.1f%%), x spray %.3f%s\n",
-                    mode_name(m), meas, pred, meas / pred, 100 * worst, meas / spray,
+        std::printf("  %-15s measured %.3f s, model %.3f s (x %.3f, trials off by %.1f%% to %.1f%%), x spray %.3f%s\n",
+                    mode_name(m), meas, pred, meas / pred, 100 * best, 100 * worst, meas / spray,
                     paths ? "" : ", some paths not as learned");
-        if (smoke && (worst > tolerance || !paths)) ok = false;
+        if (smoke && (best > tolerance || !paths)) ok = false;
     }
     auto mean_measured = [&](mode m) {
         double sum = 0;
