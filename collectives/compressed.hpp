@@ -70,6 +70,12 @@ inline int mpi_count(std::int64_t n) {
     return static_cast<int>(n);
 }
 
+/// The guard's flag word of a summable form's message, when raised: a NaN of the form, so that the
+/// sum is NaN wherever some rank's flag is.
+inline std::uint32_t nan_word(compress::sum_form form) {
+    return form == compress::sum_form::f32 ? 0x7fc00000u : form == compress::sum_form::f16 ? 0x7e007e00u : 0x7fc07fc0u;
+}
+
 /// Words (4 bytes) of a message carrying the compressed form of n elements and a guard flag.
 inline std::int64_t message_words(const compress::params& p, std::int64_t n) {
     return (compress::compressed_bytes(p, n) + 3) / 4 + 1;
@@ -195,11 +201,7 @@ inline compressed_status flat_allreduce(MPI_Comm comm, const float* in, std::int
         const std::int64_t words = message_words(prm, n);
         ensure(s.send, words);
         bad = !compress_message(o, src, n, s.send.data(), mine, step, bad) || bad;
-        // The flag word as a NaN of the form, so that the sum is NaN wherever some rank's is.
-        const std::uint32_t nan_word = form == compress::sum_form::f32   ? 0x7fc00000u
-                                       : form == compress::sum_form::f16 ? 0x7e007e00u
-                                                                         : 0x7fc07fc0u;
-        s.send[static_cast<std::size_t>(words - 1)] = bad ? nan_word : 0u;
+        s.send[static_cast<std::size_t>(words - 1)] = bad ? nan_word(form) : 0u;
         const std::int64_t elements = form == compress::sum_form::f32 ? words : 2 * words;
         SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, s.send.data(), mpi_count(elements), compress::mpi_datatype(form),
                                        form == compress::sum_form::f32 ? MPI_SUM : half_op(form), comm));
@@ -387,13 +389,11 @@ inline compressed_status compressed_reduce_scatter(MPI_Comm comm, const float* i
     if (o.scheme == compress_scheme::allreduce) {
         const compress::sum_form form = compress::summable(o.method);
         if (form == compress::sum_form::none) throw error("compressed reduce-scatter: this form does not sum");
-        const std::uint32_t nan_word = form == compress::sum_form::f32   ? 0x7fc00000u
-                                       : form == compress::sum_form::f16 ? 0x7e007e00u
-                                                                         : 0x7fc07fc0u;
+        const std::uint32_t raised = detail::ccoll::nan_word(form);
         for (int j = 0; j < p; ++j) {
             std::uint32_t& flag = s.send[static_cast<std::size_t>(s.displs[static_cast<std::size_t>(j)] +
                                                                   s.counts[static_cast<std::size_t>(j)] - 1)];
-            flag = flag != 0 ? nan_word : 0u;
+            flag = flag != 0 ? raised : 0u;
         }
         const int per_word = form == compress::sum_form::f32 ? 1 : 2;
         std::vector<int> elements(static_cast<std::size_t>(p));

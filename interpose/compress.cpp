@@ -313,10 +313,7 @@ compressed_status device_flat_allreduce(MPI_Comm comm, const float* in, float* o
     if (o.scheme == compress_scheme::allreduce) {
         const compress::sum_form form = compress::summable(o.method);
         if (form == compress::sum_form::none) throw error("compressed allreduce: this form does not sum");
-        const std::uint32_t nan_word = form == compress::sum_form::f32   ? 0x7fc00000u
-                                       : form == compress::sum_form::f16 ? 0x7e007e00u
-                                                                         : 0x7fc07fc0u;
-        s.send[static_cast<std::size_t>(words - 1)] = bad ? nan_word : 0u;
+        s.send[static_cast<std::size_t>(words - 1)] = bad ? nan_word(form) : 0u;
         const std::int64_t elements = form == compress::sum_form::f32 ? words : 2 * words;
         SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, s.send.data(), mpi_count(elements), compress::mpi_datatype(form),
                                        form == compress::sum_form::f32 ? MPI_SUM : half_op(form), comm));
@@ -574,68 +571,44 @@ int compress_executor::run(shim s, coll_op op, const mpi_coll_args& a, exact_fn 
     const std::int64_t check_every = rt_.cfg().compress_check;
     const bool shadow = check_every > 0 && ++c->compressed % static_cast<std::uint64_t>(check_every) == 0;
     const bool in_place = a.sendbuf == MPI_IN_PLACE;
-    if (o.device && on_device) {
-        try {
-            const auto* in = static_cast<const float*>(in_place ? a.recvbuf : a.sendbuf);
-            auto* out = static_cast<float*>(a.recvbuf);
-            const auto floats = static_cast<std::size_t>(count) * 4;
-            std::vector<float> ref, got;
-            if (shadow) {  // the exact sum first, of the input copied to the host (in place: it is overwritten)
-                ref.resize(static_cast<std::size_t>(count));
-                gpu::copy(ref.data(), in, floats, gpu::stream_t{});
-                gpu::synchronize(gpu::stream_t{});
-                SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, ref.data(), detail::ccoll::mpi_count(count), MPI_FLOAT,
-                                               MPI_SUM, c->comms.all));
-            }
-            if (device_flat_allreduce(c->comms.all, in, out, count, o, site.point, c->scratch, c->device_message,
-                                      c->device_parts) != compressed_status::done) {
-                fallbacks_.fetch_add(1, std::memory_order_relaxed);
-                if (c->topo->rank() == 0 && !nonfinite_warned_.exchange(true))
-                    log_warn(log_category::decide,
-                             "%s: NaN or Inf in a compressed reduction's input or result on some rank; that call "
-                             "ran exact (said once)",
-                             name);
-                return exact(ctx);
-            }
-            if (shadow && c->topo->rank() == 0) {
-                got.resize(static_cast<std::size_t>(count));
-                gpu::copy(got.data(), out, floats, gpu::stream_t{});
-                gpu::synchronize(gpu::stream_t{});
-                log_check(name, count, step.position, to_string(o), c->compressed, got.data(), ref.data(), count);
-            }
-        } catch (const unsupported& e) {
-            log_debug(log_category::decide, "%s: %s; exact", name, e.what());
-            return exact(ctx);
-        } catch (const mpi_error& e) {
-            log_error(log_category::init, "%s: %s", name, e.what());
-            PMPI_Comm_call_errhandler(a.comm, e.code());
-            return e.code();
-        } catch (const std::exception& e) {
-            log_error(log_category::init, "%s: shunt failed inside a compressed exchange (%s)", name, e.what());
-            PMPI_Comm_call_errhandler(a.comm, MPI_ERR_INTERN);
-            return MPI_ERR_INTERN;
-        }
-        const std::int64_t bytes = count * 4;
-        count_compressed(static_cast<std::size_t>(o.method), static_cast<std::uint64_t>(bytes),
-                         static_cast<std::uint64_t>(compress::compressed_bytes(compress_params(o.method), count)));
-        rt_.count_collective(s, bytes);
-        return MPI_SUCCESS;
-    }
     const bool wide = *type != compress::element::f32;  // half data: the schemes run on floats
     mpi_coll_args args = a;
     device_stage dev(rt_.devices().in_use(), rt_.devices().library_takes_device());
     constexpr int not_finite = -1;
     std::vector<float> ref;
     const std::int64_t result_count = op == coll_op::allreduce ? count : counts[static_cast<std::size_t>(me)];
+    // The device place (float device buffers, the CUDA compressors, only the forms staged).
+    const auto on_gpu = [&] {
+        const auto* in = static_cast<const float*>(in_place ? a.recvbuf : a.sendbuf);
+        auto* out = static_cast<float*>(a.recvbuf);
+        const auto floats = static_cast<std::size_t>(count) * 4;
+        if (shadow) {  // the exact sum first, of the input copied to the host (in place: it is overwritten)
+            ref.resize(static_cast<std::size_t>(count));
+            gpu::copy(ref.data(), in, floats, gpu::stream_t{});
+            gpu::synchronize(gpu::stream_t{});
+            SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, ref.data(), detail::ccoll::mpi_count(count), MPI_FLOAT,
+                                           MPI_SUM, c->comms.all));
+        }
+        if (device_flat_allreduce(c->comms.all, in, out, count, o, site.point, c->scratch, c->device_message,
+                                  c->device_parts) != compressed_status::done)
+            return not_finite;
+        if (shadow && c->topo->rank() == 0) {
+            std::vector<float> got(static_cast<std::size_t>(count));
+            gpu::copy(got.data(), out, floats, gpu::stream_t{});
+            gpu::synchronize(gpu::stream_t{});
+            log_check(name, count, step.position, to_string(o), c->compressed, got.data(), ref.data(), count);
+        }
+        return MPI_SUCCESS;
+    };
     try {
-        if (dev.enabled()) {
+        if (dev.enabled() && !(o.device && on_device)) {
             byte_span all, mine;
             all.add(a.recvtype, count);
             mine.add(a.recvtype, result_count);
             dev.add(args.sendbuf, all, true, false);
             dev.add(args.recvbuf, in_place ? all : mine, in_place, true);
         }
-        const int rc = dev.run(false, [&] {
+        const int rc = o.device && on_device ? on_gpu() : dev.run(false, [&] {
             const void* user_in = in_place ? args.recvbuf : args.sendbuf;
             const float* in = static_cast<const float*>(user_in);
             float* out = static_cast<float*>(args.recvbuf);

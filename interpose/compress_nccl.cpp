@@ -331,11 +331,6 @@ ncclDataType_t sum_type(compress::sum_form f) {
     return f == compress::sum_form::f16 ? ncclFloat16 : f == compress::sum_form::bf16 ? ncclBfloat16 : ncclFloat32;
 }
 
-/// The NaN of a summable form's word: the guard's flag, so that the sum is NaN where any rank's is.
-std::uint32_t nan_word(compress::sum_form form) {
-    return form == compress::sum_form::f32 ? 0x7fc00000u : form == compress::sum_form::f16 ? 0x7e007e00u : 0x7fc07fc0u;
-}
-
 /// One scheme of option `o` (flat) over `comm` (`p` ranks, this one `me`) on the host, as
 /// collectives/compressed.hpp's flat_allreduce through NCCL: the result into s.acc, the error
 /// feedback staged (not committed). The guard's flag travels with every part, so every rank of
