@@ -574,6 +574,16 @@ int coll_executor::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t by
         rt_.internal_failure(s, e.what());
         return pass(pass_reason::internal);
     }
+    // A measured call runs between two barriers on shunt's own communicator and its time runs to the
+    // second one, so that every rank times the call until its last rank is done: a rank that starts
+    // late finds the others' data waiting and would time a fraction of the call, which favours
+    // whichever method lets it leave first (latency-bound calls were decided for shunt's schedule
+    // that then ran slower). Both methods pay the same barrier, which narrows their difference: the
+    // library keeps the close calls. Only the measured calls pay it.
+    if (pick.timed) {
+        const int b = PMPI_Barrier(ctx->topo->comm());
+        if (b != MPI_SUCCESS) return b;
+    }
     const double t0 = pick.timed ? now_s() : 0;
     int rc = MPI_SUCCESS;
     if (pick.method == coll_method::library) {
@@ -600,6 +610,8 @@ int coll_executor::collective(shim s, coll_op op, MPI_Comm comm, std::int64_t by
         }
     }
     if (pick.timed && rc == MPI_SUCCESS) {
+        rc = PMPI_Barrier(ctx->topo->comm());
+        if (rc != MPI_SUCCESS) return rc;
         try {
             if (ctx->tuner->record(op, bytes, pick.method, now_s() - t0, agree))
                 log_decision(*ctx, op, bytes, live, name);
