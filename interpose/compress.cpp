@@ -48,7 +48,6 @@ struct compress_executor::context {
         bool device = false;  ///< float device buffers for a library that takes none (this rank's)
     };
     std::vector<position> seen;  ///< per position of the locked pattern
-    std::vector<char> on_device;  ///< per position: every rank's buffers were device memory (agreed)
     std::vector<compress_option> plan;  ///< per position; empty while there is none
     struct site {
         std::uint64_t calls = 0;
@@ -58,11 +57,7 @@ struct compress_executor::context {
     compressed_scratch scratch;
     std::uint64_t compressed = 0;  ///< compressed calls (shadow mode counts them)
     std::vector<float> wide_in, wide_out;  ///< half data widened to float, and the float result
-    gpu::pool_block device_message, device_parts;  ///< the device place's compressed forms
-    ~context() {
-        gpu::pool_release(device_message);
-        gpu::pool_release(device_parts);
-    }
+    device_buffer device_message, device_parts;  ///< the device place's compressed forms
 };
 
 namespace {
@@ -260,16 +255,6 @@ void compress_executor::log_check(const char* call, std::int64_t count, std::siz
 
 namespace {
 
-/// A device block of at least `bytes` (the previous one released when it is smaller).
-void* device_room(gpu::pool_block& b, std::size_t bytes) {
-    if (b.ptr == nullptr || b.bytes < bytes) {
-        gpu::pool_release(b);
-        b = {};
-        b = gpu::pool_acquire(gpu::pool_kind::device, std::max<std::size_t>(bytes, 256));
-    }
-    return b.ptr;
-}
-
 /// True where the call's float buffers are device memory that the library cannot take: the device
 /// place's flat schemes may run them (allreduce only).
 bool device_buffers(const device_support& devices, coll_op op, compress::element type, const mpi_coll_args& a) {
@@ -290,7 +275,7 @@ bool device_buffers(const device_support& devices, coll_op op, compress::element
 /// for methods without error feedback (no residual is kept on the device).
 compressed_status device_flat_allreduce(MPI_Comm comm, const float* in, float* out, std::int64_t n,
                                         const compress_option& o, compression_point& pt, compressed_scratch& s,
-                                        gpu::pool_block& message, gpu::pool_block& parts) {
+                                        device_buffer& message, device_buffer& parts) {
     using namespace detail::ccoll;
     namespace cg = compress::gpu;
     if (uses_feedback(o.method) || o.hierarchical || o.scheme == compress_scheme::alltoall_allgather)
@@ -302,7 +287,7 @@ compressed_status device_flat_allreduce(MPI_Comm comm, const float* in, float* o
     const std::int64_t words = message_words(prm, n), cb = compress::compressed_bytes(prm, n);
     const std::size_t message_bytes = static_cast<std::size_t>(words) * 4;
     const gpu::stream_t st{};
-    void* msg = device_room(message, message_bytes);
+    void* msg = message.get(message_bytes, st);
     cg::compress(prm, in, n, msg, nullptr, st, step);
     ensure(s.send, words);
     if (words >= 2) s.send[static_cast<std::size_t>(words - 2)] = 0;  // the form's padding
@@ -329,7 +314,7 @@ compressed_status device_flat_allreduce(MPI_Comm comm, const float* in, float* o
                                        MPI_UINT32_T, comm));
         for (int r = 0; r < p; ++r)
             if (flagged(prm, s.recv.data() + r * words, n)) return compressed_status::not_finite;
-        auto* all = static_cast<std::byte*>(device_room(parts, message_bytes * static_cast<std::size_t>(p)));
+        auto* all = static_cast<std::byte*>(parts.get(message_bytes * static_cast<std::size_t>(p), st));
         gpu::copy(all, s.recv.data(), message_bytes * static_cast<std::size_t>(p), st);
         cg::decompress(prm, all, n, out, st, step);
         for (int r = 1; r < p; ++r)
@@ -420,8 +405,7 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
         v[2 * P + i] = at.device ? 0.0 : 1.0;
     }
     SHUNT_CHECK_MPI(PMPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX, own));
-    c.on_device.assign(P, 0);
-    for (std::size_t i = 0; i < P; ++i) c.on_device[i] = v[2 * P + i] == 0 ? 1 : 0;
+
     // 2. Every candidate's options and their predicted stages, agreed (the slowest rank's).
     std::vector<compress_tensor> tensors(P);
     std::vector<double> costs;
@@ -434,7 +418,7 @@ void compress_executor::plan(context& c, MPI_Comm comm) {
         // Device buffers on every rank: the device place too (its flat schemes), every option
         // priced with its copies through host memory.
         t.options = predict_options(model, c.shape, compress_op_of(at.op), at.count, element_bytes(at.type), consent,
-                                    places_for(c.on_device[i] != 0));
+                                    places_for(v[2 * P + i] == 0));
         for (const option_cost& o : t.options) costs.insert(costs.end(), {o.encode, o.comm, o.decode});
     }
     SHUNT_CHECK_MPI(

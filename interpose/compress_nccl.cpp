@@ -12,6 +12,7 @@
 #include <shunt/topology/spec.hpp>
 
 #include "compress.hpp"
+#include "device_stage.hpp"
 #include "export.hpp"
 #include "nccl.hpp"
 #include "runtime.hpp"
@@ -34,32 +35,6 @@
 
 namespace shunt::detail {
 namespace {
-
-/// A block of device scratch that grows to the largest size asked for.
-struct device_buffer {
-    gpu::pool_block b;
-    void* get(std::size_t bytes, gpu::stream_t stream) {
-        if (b.ptr != nullptr && b.bytes >= bytes) return b.ptr;
-        if (b.ptr != nullptr) {
-            // The pool may hand the block to other streams: the work queued on it ends first.
-            gpu::synchronize(stream);
-            gpu::pool_release(b);
-            b = {};
-        }
-        b = gpu::pool_acquire(gpu::pool_kind::device, std::max<std::size_t>(bytes, 256));
-        return b.ptr;
-    }
-    device_buffer() = default;
-    device_buffer(device_buffer&& o) noexcept : b(std::exchange(o.b, {})) {}
-    device_buffer& operator=(device_buffer&& o) noexcept {
-        std::swap(b, o.b);
-        return *this;
-    }
-    /// With its communicator (ncclCommDestroy or ncclCommAbort: its work is done or abandoned).
-    ~device_buffer() {
-        if (b.ptr != nullptr) gpu::pool_release(b);
-    }
-};
 
 /// What the compression path keeps of one NCCL communicator.
 struct nccl_state {

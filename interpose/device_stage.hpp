@@ -1,4 +1,4 @@
-// interpose/device_stage.hpp: the device buffers of one collective call, staged through pinned host memory around shunt's host schedules (and around a library that is not CUDA-aware).
+// interpose/device_stage.hpp: the device buffers of one collective call, staged through pinned host memory around shunt's host schedules (and around a library that is not CUDA-aware), and device scratch that grows.
 #pragma once
 
 #include <shunt/collectives/mpi_call.hpp>
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace shunt::detail {
@@ -109,6 +110,32 @@ private:
 
     bool devices_, aware_;
     std::vector<entry> entries_;
+};
+
+/// A block of device scratch that grows to the largest size asked for.
+struct device_buffer {
+    gpu::pool_block b;
+    void* get(std::size_t bytes, gpu::stream_t stream) {
+        if (b.ptr != nullptr && b.bytes >= bytes) return b.ptr;
+        if (b.ptr != nullptr) {
+            // The pool may hand the block to other streams: the work queued on it ends first.
+            gpu::synchronize(stream);
+            gpu::pool_release(b);
+            b = {};
+        }
+        b = gpu::pool_acquire(gpu::pool_kind::device, std::max<std::size_t>(bytes, 256));
+        return b.ptr;
+    }
+    device_buffer() = default;
+    device_buffer(device_buffer&& o) noexcept : b(std::exchange(o.b, {})) {}
+    device_buffer& operator=(device_buffer&& o) noexcept {
+        std::swap(b, o.b);
+        return *this;
+    }
+    /// With its owner (whose work on the block is done or abandoned by then).
+    ~device_buffer() {
+        if (b.ptr != nullptr) gpu::pool_release(b);
+    }
 };
 
 }  // namespace shunt::detail
