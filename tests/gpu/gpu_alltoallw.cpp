@@ -55,13 +55,7 @@ void compare(const char* what, const side& s, const side& r, bool send_device, b
 
 int main(int argc, char** argv) {
     if (!gpu_test::have_device("gpu_alltoallw")) return 77;
-    MPI_Init(&argc, &argv);
-    gpu_test::program = "gpu_alltoallw";
-    MPI_Comm_rank(MPI_COMM_WORLD, &gpu_test::rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    int devices = 1;
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    check_cuda(cudaSetDevice(gpu_test::rank % devices), "cudaSetDevice");
+    size_ = gpu_test::start(argc, argv, "gpu_alltoallw");
 
     // Types of 48 doubles each (the signatures match whatever pair meets): a column block, a 3-D
     // subarray face, an indexed type with gaps, a resized vector, and a contiguous one.

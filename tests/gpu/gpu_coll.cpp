@@ -21,13 +21,7 @@ constexpr std::size_t word = sizeof(unsigned);
 
 int main(int argc, char** argv) {
     if (!gpu_test::have_device("gpu_coll")) return 77;
-    MPI_Init(&argc, &argv);
-    gpu_test::program = "gpu_coll";
-    int size = 0, devices = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &gpu_test::rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    check_cuda(cudaSetDevice(gpu_test::rank % devices), "cudaSetDevice");
+    const int size = gpu_test::start(argc, argv, "gpu_coll");
     const int me = gpu_test::rank;
     const MPI_Comm comm = MPI_COMM_WORLD;
     const auto n_ranks = static_cast<std::size_t>(size);

@@ -48,17 +48,11 @@ std::uint64_t hash_of(const std::vector<float>& v) {
 int main(int argc, char** argv) {
     if (!gpu_test::have_device("gpu_compress_mpi")) return 77;
     if (argc > 1 && std::strcmp(argv[1], "probe") == 0) return 0;
-    MPI_Init(&argc, &argv);
-    gpu_test::program = "gpu_compress_mpi";
+    const int size = gpu_test::start(argc, argv, "gpu_compress_mpi");
     if (argc < 3) fail("usage: gpu_compress_mpi STEPS BOUND [NAN_STEP]");
     const int steps = std::atoi(argv[1]);
     const double bound = std::atof(argv[2]);
     const int nan_step = argc > 3 ? std::atoi(argv[3]) : -1;
-    int size = 0, devices = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &gpu_test::rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    check_cuda(cudaSetDevice(gpu_test::rank % devices), "cudaSetDevice");
     const int me = gpu_test::rank;
     constexpr std::int64_t n = std::int64_t{1} << 24;  // 64 MiB of floats
     const auto bytes = static_cast<std::size_t>(n) * 4;

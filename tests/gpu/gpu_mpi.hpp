@@ -127,4 +127,17 @@ inline bool have_device(const char* name) {
     return true;
 }
 
+/// MPI_Init, then the program's name, this process's rank and its device (rank modulo the
+/// devices there are) set; returns the number of ranks.
+inline int start(int& argc, char**& argv, const char* name) {
+    MPI_Init(&argc, &argv);
+    program = name;
+    int size = 0, devices = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+    check_cuda(cudaSetDevice(rank % devices), "cudaSetDevice");
+    return size;
+}
+
 }  // namespace gpu_test

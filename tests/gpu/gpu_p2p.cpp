@@ -120,14 +120,7 @@ std::vector<unsigned char> exchange(const test_type& t, int way, bool device) {
 
 int main(int argc, char** argv) {
     if (!gpu_test::have_device("gpu_p2p")) return 77;
-    MPI_Init(&argc, &argv);
-    gpu_test::program = "gpu_p2p";
-    int size = 0, devices = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &gpu_test::rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size != 2) fail("run at 2 ranks");
-    check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
-    check_cuda(cudaSetDevice(gpu_test::rank % devices), "cudaSetDevice");
+    if (gpu_test::start(argc, argv, "gpu_p2p") != 2) fail("run at 2 ranks");
 
     // A 2-D column block of a row-major matrix, a 3-D subarray face (below ONE_SHOT's 64 KiB),
     // a large 3-D slab (STAGED), and an indexed type with gaps.
