@@ -20,7 +20,8 @@ failure or an interrupt. Needs root and iproute2 (ip, tc).
   Plane 0 is routed by equal-cost multipath over every spine, hashed on the 5-tuple
   (net.ipv4.fib_multipath_hash_policy=1 in the leaves); plane p >= 1 only through spine p - 1, so
   choosing a destination (and source) address chooses the spine: the pinned mode. Traffic goes
-  only to these addresses and to loopback.
+  only to these addresses and to loopback. Hosts: no slow start after idle, and TCP small queues
+  of about 10 ms of RATE (net.ipv4.tcp_limit_output_bytes).
 
   --plane-interfaces puts each plane p >= 1 of a host on its own interface pl<p> (a macvlan on
   eth0: the same NIC link, shaped once) and leaves eth0 only its plane-0 address, so that
@@ -146,8 +147,9 @@ shape() {
             setup_failed "tc tbf on $2 in $1"
         return
     fi
-    # The same rate, with packets under 128 bytes (pure ACKs) ahead of the data: a class of their
-    # own with HTB priority, the data's queue 50 ms deep as tbf's.
+    # The same rate, with packets under 128 bytes (pure ACKs, and MPI's short control messages)
+    # ahead of the data: a class of their own with HTB priority, the data's queue 50 ms deep as
+    # tbf's.
     local q=(ip netns exec "$1" tc) small=$((rate_bps / 20)) big=$((rate_bps - rate_bps / 20))
     "${q[@]}" qdisc add dev "$2" root handle 1: htb default 20 &&
         "${q[@]}" class add dev "$2" parent 1: classid 1:1 htb rate "$rate_bps"bit ceil "$rate_bps"bit \
@@ -203,6 +205,12 @@ for ((l = 0; l < leaves; ++l)); do
         # A connection idle between collective steps keeps its window (as datacenter hosts are
         # set): otherwise every step of an MPI collective starts each connection in slow start.
         ip netns exec "$H" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0 >/dev/null 2>&1 || true
+        # TCP small queues scaled to the emulated rate: a connection keeps at most about 10 ms of
+        # the link queued on its own host. The kernel's default (4 MiB here) is more than a second
+        # at 25 Mbit/s, and the ACKs that ride on a connection's data in the other direction
+        # (every pairwise exchange) waited behind it.
+        ip netns exec "$H" sysctl -qw net.ipv4.tcp_limit_output_bytes=$((rate_bps / 800 > 16384 ? rate_bps / 800 : 16384)) \
+            >/dev/null 2>&1 || true
         ip link add "h$i" netns "$L" type veth peer name eth0 netns "$H" || setup_failed "veth host $l.$i"
         ip -n "$L" addr add "198.19.$l.$((4 * i + 1))/30" dev "h$i"
         ip -n "$L" link set "h$i" up

@@ -9,16 +9,22 @@ Each trial runs every (collective, mode) once, modes interleaved: `plain` is Ope
 TCP connection per peer on plane 0, hashed by the leaves), `hashed` and `pinned` preload shunt
 with SHUNT_FLOW=hashed / pinned and SHUNT_FABRIC describing this fabric (SHUNT_COLL=library: the
 library's algorithm runs in every mode, only the lanes differ); `hashed:K` forces K lanes and
-`auto` is SHUNT_FLOW=auto (pinned on this fabric, whose hosts have the plane interfaces). Every
+`auto` is SHUNT_FLOW=auto (pinned on this fabric, whose hosts have the plane interfaces); a mode
+with `+COLL` (`pinned+shunt`, `plain+shunt`: shunt preloaded, SHUNT_FLOW=off) sets SHUNT_COLL=COLL
+instead, so that shunt's own schedule runs where it applies. Every
 job is a new mpirun, so ECMP hashes new connections each time; a job past --job-timeout, or one
 that ends without a result, is torn down (every process in the hosts' namespaces) and run once
 more, then the run fails saying so. Open MPI's algorithms are fixed
 (coll_tuned: ring or Rabenseifner allreduce, pairwise alltoall) so the model knows the steps, and
 the TCP component's put protocol is off in every mode (with it, Open MPI 4.1.4 moves a
 bidirectional exchange on one connection at about half the link rate per direction, which would
-flatter any mode with more connections). Prints every job, then per collective and mode: the
-best time (mean over trials), measured / model on the probed paths, / spraying, and the ratio
-to plain.
+flatter any mode with more connections). --tcp-eager-kib sends messages up to that size without
+Open MPI's rendezvous, in every mode: with it, a receiver's go-ahead for a message waits behind
+the receiver's own data to the sender on their one connection, so a pairwise exchange whose two
+sends start at different times (the Rabenseifner allreduce's steps, which have no barrier
+between them) runs one direction after the other; the model has no such protocol step. Prints
+every job, then per collective and mode: the best time (mean over trials), measured / model on
+the probed paths, / spraying, and the ratio to plain.
 
 --smoke (CI): one alltoall plain and with SHUNT_FLOW=auto, small, each job under 60 s. Fails only
 on what cannot flake: a wrong element in any call's result, a pinned mode whose hosts are not on
@@ -62,7 +68,7 @@ def read_fabric():
 
 def pinned_mode(mode):
     """Modes whose lanes must be on the hosts' receive planes here (auto pins where planes exist)."""
-    return mode.startswith("pinned") or mode == "auto"
+    return mode.startswith("pinned") or mode.split("+")[0] == "auto"
 
 
 def tear_down_job(d, proc):
@@ -102,9 +108,13 @@ def run_job(args, d, op, mode, mib, trial):
     prog_op, param, algo = OPS[op]
     cmd = [os.path.join(HERE, "fabric-mpirun"), "-n", str(ranks), "--mca", "btl_tcp_flags", NO_PUT,
            "--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", param, str(algo), "-x", "FABRIC_DIR"]
+    if args.tcp_eager_kib > 0:
+        eager = str(args.tcp_eager_kib * 1024)
+        cmd += ["--mca", "btl_tcp_eager_limit", eager, "--mca", "btl_tcp_max_send_size", eager]
+    lanes, _, coll = mode.partition("+")
     if mode != "plain":
-        cmd += ["-x", "LD_PRELOAD=" + args.library, "-x", "SHUNT_FLOW=" + mode, "-x", "SHUNT_FABRIC=" + shunt_fabric(d),
-                "-x", "SHUNT_COLL=library"]
+        cmd += ["-x", "LD_PRELOAD=" + args.library, "-x", "SHUNT_FLOW=" + ("off" if lanes == "plain" else lanes),
+                "-x", "SHUNT_FABRIC=" + shunt_fabric(d), "-x", "SHUNT_COLL=" + (coll or "library")]
     cmd += [args.program, "--op", prog_op, "--mib", str(mib), "--iters", str(args.iters), "--probe-kib",
             str(args.probe_kib), "--cal-kib", str(args.cal_kib), "--label", "%s/%s/%d" % (op, mode, trial)]
     for attempt in (1, 2):
@@ -146,6 +156,8 @@ def main():
     ap.add_argument("--library", required=True, help="libshunt.so")
     ap.add_argument("--ops", default="allreduce-rabenseifner,alltoall,allreduce-ring")
     ap.add_argument("--modes", default="plain,hashed,pinned")
+    ap.add_argument("--tcp-eager-kib", type=int, default=0,
+                    help="Open MPI's TCP eager limit in every mode (0: the library's)")
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--iters", type=int, default=4)
     ap.add_argument("--allreduce-mib", type=float, default=8)
