@@ -43,7 +43,6 @@ struct lane_setup {
     std::vector<std::string> kept;  ///< variables the user had set, left as they were
     std::string problem;  ///< why nothing (or less) was done
     bool problem_is_warning = true;  ///< false: SHUNT_FLOW=auto keeping one connection (said at info)
-    bool automatic = false;  ///< SHUNT_FLOW=auto (not an explicit request)
 };
 
 lane_setup& mpi_setup() {
@@ -151,7 +150,6 @@ void set_all(lane_setup& s, const std::vector<flow::env_setting>& list) {
 bool plan_job(const settings& cfg, lane_setup& s) {
     const flow::flow_request req = flow::parse_flow_request(cfg.flow);
     if (req.mode == flow::lane_mode::off) return false;
-    s.automatic = req.mode == flow::lane_mode::automatic;
     char host[256] = {0};
     if (::gethostname(host, sizeof host - 1) == 0) s.host = host;
     flow::fabric_description desc;
@@ -167,6 +165,20 @@ bool plan_job(const settings& cfg, lane_setup& s) {
         return false;
     }
     const bool pinned = choice.kind == flow::lane_kind::pinned;
+#if !defined(OMPI_MAJOR_VERSION)
+    if (pinned) {
+        // UCX's TCP transport does not bind a connection to the interface it was given: the
+        // kernel picks the source address, so whatever travels back on the connection goes to
+        // this host's plane-0 address, hashed over every spine (bench/README.md). Over
+        // InfiniBand/RoCE the planes are no interfaces of UCX's at all. (NCCL asks for hashed
+        // lanes only.)
+        s.problem = "pinned lanes are not available under UCX (MPICH): its TCP connections are not bound to the "
+                    "plane interfaces, so the way back is hashed; one connection per peer kept";
+        s.problem_is_warning = req.mode != flow::lane_mode::automatic;
+        s.job_problem = true;
+        return false;
+    }
+#endif
     if (cfg.fabric.empty()) {
         s.plan.k = req.k;  // hashed:K
     } else {
@@ -215,18 +227,6 @@ void apply_mpi(lane_setup& s) {
     }
     set_all(s, flow::openmpi_lane_settings(s.plan.k, pinned, s.interfaces));
 #else
-    if (pinned) {
-        // UCX's TCP transport does not bind a connection to the interface it was given: the
-        // kernel picks the source address, so whatever travels back on the connection goes to
-        // this host's plane-0 address, hashed over every spine (measured on the emulated fabric:
-        // 35 of 79 connections off the planes, pairs on the wrong spine). Over InfiniBand/RoCE the
-        // planes are no interfaces of UCX's at all.
-        s.problem = "pinned lanes are not available under UCX (MPICH): its TCP connections are not bound to the "
-                    "plane interfaces, so the way back is hashed; one connection per peer kept";
-        s.problem_is_warning = !s.automatic;
-        s.job_problem = true;
-        return;
-    }
     set_all(s, flow::ucx_lane_settings(s.plan.k, pinned, s.interfaces, has_rdma_devices()));
 #endif
     s.active = !s.applied.empty();
