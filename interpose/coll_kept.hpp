@@ -31,16 +31,17 @@ constexpr bool kept_by_recv =
     Form::op == coll_op::bcast || Form::op == coll_op::allgather || Form::op == coll_op::alltoall;
 
 /// The thread's last call of each collective that went to the library by the planner's settled
-/// decision: a repeat of it (same communicator, count, datatype and reduction, no communicator
-/// freed and no datatype committed, duplicated or freed since) goes straight to the library.
-/// Settled decisions never change, so the repeat would be planned the same way.
+/// decision: a repeat of it (same communicator, count, datatype and reduction, the same gate word
+/// (gate.hpp: no communicator freed, no datatype committed, duplicated or freed, no device taken
+/// up since)) goes straight to the library. Settled decisions never change, so the repeat would
+/// be planned the same way.
 struct kept_collective {
     MPI_Comm comm{};
     MPI_Datatype type{};
     MPI_Op op{};
     int count = -1;  ///< -1: nothing kept
-    std::uint64_t contexts = 0, types = 0;
-    collective_tuner* tuner = nullptr;  ///< the communicator's, alive while `contexts` holds
+    std::uint64_t gate = 0;  ///< fast_gate::kept() before the call was screened
+    collective_tuner* tuner = nullptr;  ///< the communicator's, alive while `gate` holds
     std::int64_t bytes = 0;
     bool live = false;
     /// Nonblocking calls: kept by the settled decision (final), or by the plan made when the
@@ -50,16 +51,15 @@ struct kept_collective {
 inline thread_local kept_collective kept_collectives[coll_op_names.size()];
 inline thread_local kept_collective kept_nonblocking[coll_op_names.size()];
 
-/// The kept call `a` of Form repeats (blocking, or `nonblocking`), or nullptr where the full
-/// decision is due. Counts nothing.
+/// The kept call `a` of Form repeats (blocking, or `nonblocking`) under gate word `gate`
+/// (fast_gate::for_executor() for the executor; the shims' word, which stops at counting), or
+/// nullptr where the full decision is due. Counts nothing.
 template <class Form>
 [[gnu::always_inline]] inline const kept_collective* kept_repeat(runtime& rt, const mpi_coll_args& a,
-                                                                 bool nonblocking) noexcept {
+                                                                 bool nonblocking, std::uint64_t gate) noexcept {
     static_assert(kept_by_recv<Form>);
     const kept_collective& k = (nonblocking ? kept_nonblocking : kept_collectives)[static_cast<std::size_t>(Form::op)];
-    if (k.count != a.recvcount || k.comm != a.comm || k.type != a.recvtype || k.op != a.op ||
-        k.contexts != context_epoch.load(std::memory_order_acquire) || k.types != rt.memo().generation() ||
-        !rt.running_now() || rt.devices().in_use_relaxed() ||
+    if (k.count != a.recvcount || k.comm != a.comm || k.type != a.recvtype || k.op != a.op || k.gate != gate ||
         (compressible<Form> && !nonblocking && rt.compression().wanted()) ||
         (!k.settled && k.tuner->settled(Form::op, k.bytes, k.live)))
         return nullptr;

@@ -35,6 +35,7 @@ namespace {
 
 int context_delete_fn(MPI_Comm, int, void* value, void*) {
     context_epoch.fetch_add(1, std::memory_order_acq_rel);
+    fast_gate::advance();  // kept collectives on the communicator go stale
     delete static_cast<coll_executor::context*>(value);
     return MPI_SUCCESS;
 }
@@ -129,7 +130,7 @@ mpi_coll_args describe_first(std::tuple<A...> args, std::index_sequence<I...>) {
 template <class Form>
 [[gnu::always_inline]] inline bool coll_executor::kept(const mpi_coll_args& a, bool nonblocking) noexcept {
     if constexpr (kept_by_recv<Form>) {
-        const kept_collective* k = kept_repeat<Form>(rt_, a, nonblocking);
+        const kept_collective* k = kept_repeat<Form>(rt_, a, nonblocking, fast_gate::for_executor());
         if (k == nullptr) return false;
         // The use count only feeds SHUNT_REPORT and the decide log.
         if (rt_.counting() || rt_.cfg().log.enabled(log_level::debug, log_category::decide))
@@ -244,9 +245,8 @@ int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
         return library();
     };
     if (!enabled(a.comm)) return pass(rt_.running() ? pass_reason::forced : pass_reason::not_running);
-    // Both generations before the lookup: a change meanwhile leaves the kept call stale.
-    const std::uint64_t contexts = context_epoch.load(std::memory_order_acquire);
-    const std::uint64_t types = rt_.memo().generation();
+    // The gate's word before the lookup: a change meanwhile leaves the kept call stale.
+    const std::uint64_t gate = fast_gate::kept();
     mpi_coll_facts f;
     device_stage dev(rt_.devices().in_use(), rt_.devices().library_takes_device());
     try {
@@ -258,7 +258,7 @@ int coll_executor::run_exact(shim s, mpi_coll_args a) noexcept {
                 if (!rt_.devices().in_use())
                     if (context* ctx = existing_context(a.comm))
                         kept_collectives[static_cast<std::size_t>(Form::op)] = {
-                            a.comm, a.recvtype, a.op, a.recvcount, contexts, types, ctx->tuner.get(), key, f.live};
+                            a.comm, a.recvtype, a.op, a.recvcount, gate, ctx->tuner.get(), key, f.live};
             }
             return pass(pass_reason::planned);
         }
@@ -334,7 +334,7 @@ auto nonblocking_schedule(const mpi_coll_args& a, const mpi_coll_facts& f, const
 }  // namespace
 
 template <class Form>
-void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t contexts, std::uint64_t types) noexcept {
+void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t gate) noexcept {
     if (rt_.devices().in_use() || rt_.cfg().coll == coll_choice::shunt) return;
     context* ctx = existing_context(a.comm);
     if (ctx == nullptr || !ctx->usable) return;
@@ -343,8 +343,8 @@ void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t conte
         std::int64_t key = -1;
         if (Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key) != pass_reason::none || key < 0) return;
         const bool settled = ctx->tuner->settled(Form::op, key, f.live).has_value();
-        kept_nonblocking[static_cast<std::size_t>(Form::op)] = {a.comm, a.recvtype,       a.op, a.recvcount, contexts,
-                                                                types,  ctx->tuner.get(), key,  f.live,      settled};
+        kept_nonblocking[static_cast<std::size_t>(Form::op)] = {
+            a.comm, a.recvtype, a.op, a.recvcount, gate, ctx->tuner.get(), key, f.live, settled};
     } catch (...) {
         // Nothing kept: the next call decides again.
     }
@@ -361,11 +361,10 @@ int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept
     mpi_coll_facts f;
     context* ctx = nullptr;
     nonblocking_plan::pick pick;
-    const std::uint64_t contexts = context_epoch.load(std::memory_order_acquire);
-    const std::uint64_t types = rt_.memo().generation();
+    const std::uint64_t gate = fast_gate::kept();
     if (const pass_reason why = screen_nonblocking<Form>(s, a, true, f, ctx, pick); why != pass_reason::none) {
         if constexpr (kept_by_recv<Form>) {
-            if (why == pass_reason::planned) keep_nonblocking<Form>(a, contexts, types);
+            if (why == pass_reason::planned) keep_nonblocking<Form>(a, gate);
         }
         return pass(why);
     }

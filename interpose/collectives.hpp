@@ -108,9 +108,9 @@ private:
     pass_reason screen_nonblocking(shim s, const mpi_coll_args& a, bool settled, mpi_coll_facts& f, context*& ctx,
                                    nonblocking_plan::pick& pick) noexcept;
     /// Keeps a nonblocking call the library took by the planner's decision (see kept()), with
-    /// the generations read before it was screened.
+    /// the gate's word (fast_gate::kept()) read before it was screened.
     template <class Form>
-    void keep_nonblocking(const mpi_coll_args& a, std::uint64_t contexts, std::uint64_t types) noexcept;
+    void keep_nonblocking(const mpi_coll_args& a, std::uint64_t gate) noexcept;
     /// The agreement of the planners (element-wise maximum over comm's ranks), progressing
     /// nonblocking schedules while it waits.
     collective_tuner::agree_fn agree_on(MPI_Comm comm) noexcept;

@@ -1,5 +1,6 @@
 // interpose/device.cpp: device support: the device and CUDA-awareness found at start, device methods per buffer, cached device forms.
 #include "device.hpp"
+#include "gate.hpp"
 
 #include <shunt/errors.hpp>
 #include <shunt/gpu/descriptor.hpp>
@@ -38,10 +39,12 @@ void device_support::start(const settings& cfg) noexcept {
         }
         cuda_aware_ = aware;
         in_use_.store(true, std::memory_order_release);
+        fast_gate::block(fast_gate::device);
         log_info(log_category::init, "device buffers in point-to-point calls: %s",
                  aware ? "the MPI library is CUDA-aware" : "staged through host memory (MPI not CUDA-aware)");
     } catch (...) {
         in_use_.store(false, std::memory_order_release);
+        fast_gate::unblock(fast_gate::device);
     }
 }
 

@@ -324,7 +324,7 @@ namespace {
 
 [[gnu::always_inline]] inline pass_reason p2p_executor::repeated(direction d, const void* buf, int count,
                                                                  MPI_Datatype type, int peer) noexcept {
-    const kept_p2p* k = kept_for(rt_, d, buf, count, type, peer);
+    const kept_p2p* k = kept_for(rt_, d, buf, count, type, peer, fast_gate::for_executor());
     return k != nullptr ? use(rt_, *k) : pass_reason::none;
 }
 
@@ -505,9 +505,9 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
     if (c.buf == nullptr) return pass_reason::bad_argument;  // MPI_BOTTOM: absolute addresses, the library's
     try {
         // Both generations before the lookup: a change meanwhile leaves the kept call stale.
-        const std::uint64_t types = rt_.memo().generation(), generation = rt_.model().generation();
+        const std::uint64_t gate = fast_gate::kept(), generation = rt_.model().generation();
         const auto keep = [&](pass_reason why, std::atomic<std::uint64_t>* taken) {
-            kept_slot(c.d, c.type) = {c.type, c.count, types, generation, why, taken};
+            kept_slot(c.d, c.type) = {c.type, c.count, gate, generation, why, taken};
             return why;
         };
         const bool device = devices.on_device(c.buf);

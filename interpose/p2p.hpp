@@ -7,6 +7,7 @@
 #include <shunt/plan/pass.hpp>
 
 #include "counters.hpp"
+#include "gate.hpp"
 
 #include <mpi.h>
 
@@ -162,7 +163,12 @@ private:
     bool finish_freed(MPI_Request& h, request& r) noexcept;
     /// Finishes a completed freed request (unpack, release) and frees a persistent handle.
     void settle_freed(shim s, MPI_Request& h, request& r, const MPI_Status& st, int rc) noexcept;
-    void update_live() noexcept { live_.store(requests_.size() + detached_.size(), std::memory_order_release); }
+    /// Under mutex_: live_ anew, and the gate's `requests` blocker when it turns zero or non-zero.
+    void update_live() noexcept {
+        const std::size_t n = requests_.size() + detached_.size();
+        if ((live_.exchange(n, std::memory_order_acq_rel) == 0) != (n == 0))
+            n != 0 ? fast_gate::block(fast_gate::requests) : fast_gate::unblock(fast_gate::requests);
+    }
 
     runtime& rt_;
     mutable std::mutex mutex_;  ///< guards the tables below; never held across a PMPI call

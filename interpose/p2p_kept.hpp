@@ -14,12 +14,13 @@ namespace shunt::detail {
 
 /// One of the thread's recent calls that went to the library as one contiguous run or by the
 /// planner's settled choice, per direction and a few datatypes: a repeat (same datatype handle and
-/// count, no datatype committed, duplicated or freed and the model unchanged since) passes
-/// without a type lookup or a plan. Calls the planner still measures are not kept.
+/// count, the same gate word (gate.hpp: no datatype committed, duplicated or freed, no device
+/// taken up since) and, for a planned one, the model unchanged) passes without a type lookup or a
+/// plan. Calls the planner still measures are not kept.
 struct kept_p2p {
     MPI_Datatype type{};
     int count = -1;  ///< -1: nothing kept
-    std::uint64_t types = 0, generation = 0;
+    std::uint64_t gate = 0, generation = 0;
     pass_reason why = pass_reason::none;
     std::atomic<std::uint64_t>* taken = nullptr;  ///< the planner's use count (planned ones)
 };
@@ -34,29 +35,30 @@ inline kept_p2p& kept_slot(direction d, MPI_Datatype t) noexcept {
     return kept_p2ps[(d == direction::recv ? kept_ways : 0) + way];
 }
 
-/// The kept call `(d, count, type)` repeats, or nullptr where the full decision is due.
+/// The kept call `(d, count, type)` repeats under gate word `gate` (fast_gate::now() for the
+/// shims, fast_gate::for_executor() for the executor), or nullptr where the full decision is due.
 [[gnu::always_inline]] inline const kept_p2p* kept_for(runtime& rt, direction d, const void* buf, int count,
-                                                       MPI_Datatype type, int peer) noexcept {
+                                                       MPI_Datatype type, int peer, std::uint64_t gate) noexcept {
     const kept_p2p& k = kept_slot(d, type);
-    if (k.count != count || k.type != type || buf == nullptr || peer == MPI_PROC_NULL) return nullptr;
-    // A contiguous run is one whatever the model says.
-    if (k.types != rt.memo().generation() ||
-        (k.why != pass_reason::contiguous && k.generation != rt.model().generation()) ||
-        rt.devices().in_use_relaxed() || !rt.running_now())
+    if (k.count != count || k.type != type || k.gate != gate || buf == nullptr || peer == MPI_PROC_NULL)
         return nullptr;
+    // A contiguous run is one whatever the model says.
+    if (k.why != pass_reason::contiguous && k.generation != rt.model().generation()) return nullptr;
     return &k;
 }
 
+// The gate's word holds live() (its `requests` blocker) and counting() (`counting`).
 [[gnu::always_inline]] inline bool p2p_executor::quick(runtime& rt, direction d, const void* buf, int count,
                                                        MPI_Datatype type, int peer) noexcept {
-    return !live() && !rt.counting() && kept_for(rt, d, buf, count, type, peer) != nullptr;
+    return kept_for(rt, d, buf, count, type, peer, fast_gate::now()) != nullptr;
 }
 
 [[gnu::always_inline]] inline bool p2p_executor::quick_pair(runtime& rt, const void* sendbuf, int sendcount,
                                                             MPI_Datatype sendtype, int dest, const void* recvbuf,
                                                             int recvcount, MPI_Datatype recvtype, int source) noexcept {
-    return !live() && !rt.counting() && kept_for(rt, direction::send, sendbuf, sendcount, sendtype, dest) != nullptr &&
-           kept_for(rt, direction::recv, recvbuf, recvcount, recvtype, source) != nullptr;
+    const std::uint64_t gate = fast_gate::now();
+    return kept_for(rt, direction::send, sendbuf, sendcount, sendtype, dest, gate) != nullptr &&
+           kept_for(rt, direction::recv, recvbuf, recvcount, recvtype, source, gate) != nullptr;
 }
 
 }  // namespace shunt::detail

@@ -59,7 +59,9 @@ runtime::runtime(const settings& cfg)
     : cfg_(cfg),
       model_(load_runtime_model(cfg, model_note_)),
       planner_(model_, overrides_of(cfg.pack)),
-      counting_(cfg.report != report_mode::off) {}
+      counting_(cfg.report != report_mode::off) {
+    if (counting_) fast_gate::block(fast_gate::counting);
+}
 
 runtime* runtime::create() noexcept {
     try {
@@ -134,7 +136,7 @@ bool runtime::start_running() noexcept {
     PMPI_Query_thread(&level);
     started(level);
     state expected = state::before;
-    state_.compare_exchange_strong(expected, state::running);
+    if (state_.compare_exchange_strong(expected, state::running)) fast_gate::unblock(fast_gate::not_running);
     return state_.load(std::memory_order_acquire) == state::running;
 }
 
@@ -161,6 +163,7 @@ int runtime::init(int* argc, char*** argv) noexcept {
         PMPI_Query_thread(&level);
         state_.store(state::running, std::memory_order_release);
         started(level);
+        fast_gate::unblock(fast_gate::not_running);
         connect_flow_lanes();
     }
     return rc;
@@ -173,6 +176,7 @@ int runtime::init_thread(int* argc, char*** argv, int required, int* provided) n
     if (rc == MPI_SUCCESS) {
         state_.store(state::running, std::memory_order_release);
         started(provided != nullptr ? *provided : -1);
+        fast_gate::unblock(fast_gate::not_running);
         connect_flow_lanes();
     }
     return rc;
@@ -186,6 +190,7 @@ int runtime::finalize() noexcept {
         report();
     }
     // From here on every call goes to the library, which reports use after finalize itself.
+    fast_gate::block(fast_gate::not_running);
     state_.store(state::finalized, std::memory_order_release);
     return PMPI_Finalize();
 }
@@ -218,7 +223,7 @@ int runtime::type_commit(MPI_Datatype* type) noexcept {
     } catch (...) {
         internal_failure(shim::type_commit, "unknown exception");
     }
-    memo_.changed();
+    types_changed();
     return rc;
 }
 
@@ -234,7 +239,7 @@ int runtime::type_dup(MPI_Datatype oldtype, MPI_Datatype* newtype) noexcept {
     } catch (...) {
         internal_failure(shim::type_dup, "unknown exception");
     }
-    memo_.changed();
+    types_changed();
     return rc;
 }
 
@@ -249,7 +254,7 @@ int runtime::type_free(MPI_Datatype* type) noexcept {
         } catch (...) {
             internal_failure(shim::type_free, "unknown exception");
         }
-        memo_.changed();
+        types_changed();
     }
     return PMPI_Type_free(type);
 }

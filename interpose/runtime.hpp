@@ -14,6 +14,7 @@
 #include "counters.hpp"
 #include "device.hpp"
 #include "fused.hpp"
+#include "gate.hpp"
 #include "mpi_calls.hpp"
 #include "nbc.hpp"
 #include "p2p.hpp"
@@ -68,14 +69,13 @@ public:
     }
     /// The runtime once instance() has built it, else nullptr; never builds it: what a shim's
     /// unguarded fast path reads (fast_path.hpp), so that building it always runs under the guard.
-    static runtime* built() noexcept { return built_.load(std::memory_order_acquire); }
+    static runtime* built() noexcept { return fast_gate::line_.built.load(std::memory_order_acquire); }
 
 private:
     static runtime* published(runtime* rt) noexcept {
-        built_.store(rt, std::memory_order_release);
+        fast_gate::line_.built.store(rt, std::memory_order_release);
         return rt;
     }
-    static inline std::atomic<runtime*> built_{nullptr};
 
 public:
     // The entry points: one member per intercepted function (mpi_calls.hpp), each a few lines
@@ -178,6 +178,11 @@ private:
     static runtime* create() noexcept;
     /// Once MPI runs: logging's rank, the configuration's warnings and echo, device support.
     void started(int thread_level) noexcept;
+    /// After every commit, dup and free of a datatype: the memo's answers and every kept call go stale.
+    void types_changed() noexcept {
+        memo_.changed();
+        fast_gate::advance();
+    }
     void log_type(MPI_Datatype type, const char* event) noexcept;
     void report() noexcept;
     std::string decisions_text(bool one_line) const;
