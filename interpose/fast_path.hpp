@@ -39,10 +39,11 @@ SHUNT_KEPT_FORM_(alltoall)
 /// `fast_path<S>{rt}.unguarded(args...)`: true where the call repeats a kept one and goes to the
 /// library as it is, with nothing to count (no SHUNT_REPORT, no decision log), which the shim then
 /// calls itself, as a tail call: no call into the runtime, no frame, no re-entry guard (the checks
-/// only read: the thread's kept calls, generations, flags). A library that calls an intercepted
+/// only read: the thread's kept calls and the gate's word). A library that calls an intercepted
 /// function from inside that call meets the shims as a user would. The most frequent calls have
-/// one: MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, and the blocking collectives kept by count, type
-/// and reduction, each only while none of shunt's nonblocking collectives is in flight.
+/// one: MPI_Send, MPI_Recv, MPI_Isend, MPI_Irecv, MPI_Sendrecv (both halves kept), and the
+/// blocking collectives kept by count, type and reduction, each of the blocking ones only while
+/// none of shunt's nonblocking collectives is in flight.
 /// `guarded(args...)`, under the guard: a kept collective while some are in flight, which it first
 /// progresses, as the runtime's path does (a blocking point-to-point call then goes to the runtime,
 /// which makes it nonblocking and progresses them while it waits).
@@ -52,7 +53,7 @@ struct fast_path {
 
     /// Whether shim S has a fast path.
     static constexpr bool any = S == shim::send || S == shim::recv || S == shim::isend || S == shim::irecv ||
-                                !std::is_void_v<typename kept_form<S>::type>;
+                                S == shim::sendrecv || !std::is_void_v<typename kept_form<S>::type>;
 
     template <class... A>
     [[gnu::always_inline]] bool unguarded([[maybe_unused]] A... a) const noexcept {
@@ -60,6 +61,8 @@ struct fast_path {
             return blocking(a...);
         else if constexpr (S == shim::isend || S == shim::irecv)
             return nonblocking(a...);
+        else if constexpr (S == shim::sendrecv)
+            return pair(a...);
         else if constexpr (!std::is_void_v<typename kept_form<S>::type>)
             return rt.nbc().idle() && collective<typename kept_form<S>::type>(a...);
         else
@@ -84,6 +87,12 @@ private:
     [[gnu::always_inline]] bool blocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
                                          Status...) const noexcept {
         return !rt.nbc().in_flight() && rt.p2p().quick(rt, d, buf, count, type, peer);
+    }
+    [[gnu::always_inline]] bool pair(const void* sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int,
+                                     void* recvbuf, int recvcount, MPI_Datatype recvtype, int source, int, MPI_Comm,
+                                     MPI_Status*) const noexcept {
+        return !rt.nbc().in_flight() &&
+               rt.p2p().quick_pair(rt, sendbuf, sendcount, sendtype, dest, recvbuf, recvcount, recvtype, source);
     }
     [[gnu::always_inline]] bool nonblocking(const void* buf, int count, MPI_Datatype type, int peer, int, MPI_Comm,
                                             MPI_Request* request) const noexcept {
