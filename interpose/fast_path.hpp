@@ -100,10 +100,8 @@ private:
     }
     template <class Form, class... A>
     [[gnu::always_inline]] bool collective(A... a) const noexcept {
-        // The word without shunt's point-to-point requests (no concern of a collective's) stops
-        // at counting.
         return !rt.cfg().log.enabled(log_level::debug, log_category::decide) &&
-               kept_repeat<Form>(rt, Form::describe(a...), false, fast_gate::now() & ~fast_gate::requests) != nullptr;
+               kept_repeat<Form>(rt, Form::describe(a...), false, fast_gate::for_collective_shims()) != nullptr;
     }
 };
 

@@ -26,7 +26,7 @@ public:
     enum blocker : std::uint64_t {
         not_running = 1,  ///< MPI not yet started by the runtime, or finalized
         device = 2,       ///< a device is in use: every buffer must be classified
-        requests = 4,     ///< requests of shunt's are alive: the shims' fast paths step aside
+        requests = 4,     ///< requests of shunt's are alive: the point-to-point shims step aside
         counting = 8,     ///< SHUNT_REPORT: every call is counted
     };
     /// The blockers an executor's own check of a kept call ignores (it counts, and it progresses
@@ -39,11 +39,14 @@ public:
     /// What a kept call records, read before the lookups it keeps: the word without the blockers
     /// executors ignore, or a value no word takes while a blocker that stops every check is set.
     static std::uint64_t kept() noexcept {
-        const std::uint64_t w = now() & ~executor_ignores;
+        const std::uint64_t w = for_executor();
         return (w & blocker_bits) != 0 ? stale : w;
     }
     /// The word as an executor's check compares it with a kept call's.
     [[gnu::always_inline]] static std::uint64_t for_executor() noexcept { return now() & ~executor_ignores; }
+    /// The word as the collective shims compare it: shunt's point-to-point requests are no
+    /// concern of a collective's; every other blocker (counting included) stops them.
+    [[gnu::always_inline]] static std::uint64_t for_collective_shims() noexcept { return now() & ~requests; }
 
     static void block(blocker b) noexcept { line_.word.fetch_or(b, std::memory_order_acq_rel); }
     static void unblock(blocker b) noexcept {

@@ -10,6 +10,7 @@ namespace {
 /// A kept call's check as the shims make it (every blocker stops it) and as an executor does.
 bool shim_repeats(std::uint64_t kept) { return kept == fast_gate::now(); }
 bool executor_repeats(std::uint64_t kept) { return kept == fast_gate::for_executor(); }
+bool collective_shim_repeats(std::uint64_t kept) { return kept == fast_gate::for_collective_shims(); }
 
 }  // namespace
 
@@ -35,13 +36,14 @@ TEST_CASE("nothing is kept before MPI runs; once it runs, a kept call repeats un
     CHECK(shim_repeats(k2));
 }
 
-TEST_CASE("shunt's requests and counting stop the shims' fast paths, not the executors' checks") {
+TEST_CASE("shunt's requests stop the point-to-point shims, counting every shim; executors go on") {
     fast_gate::unblock(fast_gate::not_running);
     const std::uint64_t k = fast_gate::kept();
     for (const fast_gate::blocker b : {fast_gate::requests, fast_gate::counting}) {
         fast_gate::block(b);
         CHECK_FALSE(shim_repeats(k));
         CHECK(executor_repeats(k));
+        CHECK(collective_shim_repeats(k) == (b == fast_gate::requests));  // counting stops them too
         CHECK(fast_gate::kept() == k);  // what is kept meanwhile holds once the blocker goes
         fast_gate::unblock(b);
         CHECK(shim_repeats(k));
