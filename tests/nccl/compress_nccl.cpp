@@ -57,11 +57,43 @@ enum class elem { f32, f16, bf16 } type = elem::f32;
 int failures = 0;
 double worst = 0;
 
-/// A gradient-like value, a multiple of 2^-16 in (-2, 2): waves different per rank and step.
+/// The values of one (rank, t) at one step, computed on demand a block at a time.
+struct wave {
+    int step = -1;
+    std::vector<float> v;
+};
+std::vector<wave> waves;  // [rank * 8 + t]
+constexpr int wave_block = 256;
+
+/// Appends the next block of value(rank, step, t, .): sin(a) + 0.3 cos(b) + 0.01 ((i mod 13) - 6) with
+/// a = x (1 + rank) + step, b = 7 x + rank / 2, x = i / 1000 + t, rounded to 2^-16. Each block starts
+/// from std::sin and std::cos and rotates (a, b) by their per-element steps. Every rank evaluates
+/// every rank's gradients for its reference sums: with a sine and a cosine an element, that took most
+/// of the test's time.
+void extend(wave& w, int rank, int step, int t) {
+    const int i0 = static_cast<int>(w.v.size());
+    const double x0 = static_cast<double>(i0) * 0.001 + t, a = x0 * (1 + rank) + step, b = 7 * x0 + rank * 0.5;
+    const double da = 0.001 * (1 + rank), db = 0.007;
+    const double cda = std::cos(da), sda = std::sin(da), cdb = std::cos(db), sdb = std::sin(db);
+    double sa = std::sin(a), ca = std::cos(a), sb = std::sin(b), cb = std::cos(b);
+    for (int i = i0; i < i0 + wave_block; ++i) {
+        const double v = sa + 0.3 * cb + 0.01 * (i % 13 - 6);
+        w.v.push_back(static_cast<float>(std::round(v * 65536) / 65536));
+        const double sa1 = sa * cda + ca * sda, sb1 = sb * cdb + cb * sdb;
+        ca = ca * cda - sa * sda, cb = cb * cdb - sb * sdb;
+        sa = sa1, sb = sb1;
+    }
+}
+
+/// A gradient-like value, a multiple of 2^-16 in (-2, 2): waves different per rank and step
+/// (t < 8: the gradients and the other calls' buffers).
 float value(int rank, int step, int t, int i) {
-    const double x = static_cast<double>(i) * 0.001 + t;
-    const double v = std::sin(x * (1 + rank) + step) + 0.3 * std::cos(7 * x + rank * 0.5) + 0.01 * (i % 13 - 6);
-    return static_cast<float>(std::round(v * 65536) / 65536);
+    const auto slot = static_cast<std::size_t>(rank) * 8 + static_cast<std::size_t>(t);
+    if (waves.size() <= slot) waves.resize(slot + 1);
+    wave& w = waves[slot];
+    if (w.step != step) w.step = step, w.v.clear();
+    while (static_cast<int>(w.v.size()) <= i) extend(w, rank, step, t);
+    return w.v[static_cast<std::size_t>(i)];
 }
 
 /// value() at 2^-6 steps: exact in binary16 and bfloat16 (at most 8 significant bits).
