@@ -6,10 +6,10 @@
 
 A test is selected when one of its suites is named, it is not in the emulated cluster's suite
 (those launch Debian's mpirun inside network namespaces) and its name is not skipped, or when
---also names it. Targets are
-the selected tests' executables, the programs they are handed and what they depend on (with
---fuzz, also the libFuzzer targets; with --all-but-tests, every target outside tests/), relative
-to BUILD, so that `ninja -C BUILD $(cat FILE)` builds them and nothing else.
+--also names it. Targets are the selected tests' executables, the programs they are handed and
+what they depend on (with --fuzz, also the libFuzzer targets; with --all-but-tests, every target
+outside tests/), relative to BUILD, so that `ninja -C BUILD $(cat FILE)` builds them and nothing
+else.
 """
 import argparse
 import json
