@@ -33,6 +33,9 @@ public:
     /// shunt's requests itself); the shims' fast paths stop at all of them.
     static constexpr std::uint64_t executor_ignores = requests | counting;
     static_assert(not_running == 1, "fast_gate_line starts blocked");
+    /// What kept() returns while a blocker is set: no word takes this value (the blockers use
+    /// four bits of the low byte).
+    static constexpr std::uint64_t stale = ~std::uint64_t{0};
 
     /// The word now.
     [[gnu::always_inline]] static std::uint64_t now() noexcept { return line_.word.load(std::memory_order_acquire); }
@@ -44,6 +47,10 @@ public:
     }
     /// The word as an executor's check compares it with a kept call's.
     [[gnu::always_inline]] static std::uint64_t for_executor() noexcept { return now() & ~executor_ignores; }
+    /// Whether none of `blockers` is set now.
+    [[gnu::always_inline]] static bool none_of(std::uint64_t blockers) noexcept { return (now() & blockers) == 0; }
+    /// Whether word `w` has no blocker set.
+    [[gnu::always_inline]] static constexpr bool clear(std::uint64_t w) noexcept { return (w & blocker_bits) == 0; }
     /// The word as the collective shims compare it: shunt's point-to-point requests are no
     /// concern of a collective's; every other blocker (counting included) stops them.
     [[gnu::always_inline]] static std::uint64_t for_collective_shims() noexcept { return now() & ~requests; }
@@ -57,7 +64,7 @@ public:
 
 private:
     friend class runtime;  // publishes itself here (runtime::built())
-    static constexpr std::uint64_t blocker_bits = 0xff, epoch_unit = 0x100, stale = ~std::uint64_t{0};
+    static constexpr std::uint64_t blocker_bits = 0xff, epoch_unit = 0x100;
     static inline fast_gate_line line_;
 };
 

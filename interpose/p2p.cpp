@@ -507,7 +507,7 @@ pass_reason p2p_executor::plan_call(const call& c, bool keep_type, plan& p) noex
         // Both generations before the lookup: a change meanwhile leaves the kept call stale.
         const std::uint64_t gate = fast_gate::kept(), generation = rt_.model().generation();
         const auto keep = [&](pass_reason why, std::atomic<std::uint64_t>* taken) {
-            kept_slot(c.d, c.type) = {c.type, c.count, gate, generation, why, taken};
+            kept_slot(c.d, c.type) = {c.type, c.count, why, gate, generation, taken};
             return why;
         };
         const bool device = devices.on_device(c.buf);

@@ -41,13 +41,12 @@ SHUNT_MPI_CALLS(SHUNT_GUARDED_)
 
 // A call with a fast path (fast_path.hpp) that repeats a kept one goes to the library from here,
 // before the guard, as a tail call.
-#define SHUNT_SHIM_(name, Name, params, args)                                                                        \
-    SHUNT_EXPORT int MPI_##Name params {                                                                             \
-        if constexpr (fast_path<shim::name>::any) {                                                                  \
-            if (runtime* built = runtime::built(); built != nullptr && fast_path<shim::name>{*built}.unguarded args) \
-                return PMPI_##Name args;                                                                             \
-        }                                                                                                            \
-        return guarded_##name args;                                                                                  \
+#define SHUNT_SHIM_(name, Name, params, args)                                   \
+    SHUNT_EXPORT int MPI_##Name params {                                        \
+        if constexpr (fast_path<shim::name>::any) {                             \
+            if (fast_path<shim::name>::unguarded args) return PMPI_##Name args; \
+        }                                                                       \
+        return guarded_##name args;                                             \
     }
 SHUNT_MPI_CALLS(SHUNT_SHIM_)
 #undef SHUNT_SHIM_
