@@ -14,8 +14,8 @@
 
 namespace shunt::detail {
 
-/// Changes whenever a context is deleted, so that per-thread lookups cached by communicator
-/// handle (which the library may reuse for a new communicator) are dropped.
+/// Changes whenever a context is made or deleted, so that per-thread lookups cached by
+/// communicator handle (which the library may reuse for a new communicator) are dropped.
 inline std::atomic<std::uint64_t> context_epoch{0};
 
 /// The float sums the compression executor may take (MPI_Allreduce, MPI_Reduce_scatter(_block)).
@@ -47,6 +47,10 @@ struct kept_collective {
     /// Nonblocking calls: kept by the settled decision (final), or by the plan made when the
     /// communicator was set up, which holds until a blocking call settles the size class.
     bool settled = true;
+    /// Why the call went to the library: the planner's decision, or (nonblocking calls) no
+    /// context of shunt's on the communicator, which only a blocking collective makes (making one
+    /// advances the gate's word); `tuner` is then null.
+    pass_reason why = pass_reason::planned;
 };
 inline thread_local kept_collective kept_collectives[coll_op_names.size()];
 inline thread_local kept_collective kept_nonblocking[coll_op_names.size()];

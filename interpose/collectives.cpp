@@ -128,16 +128,16 @@ mpi_coll_args describe_first(std::tuple<A...> args, std::index_sequence<I...>) {
 }  // namespace
 
 template <class Form>
-[[gnu::always_inline]] inline bool coll_executor::kept(const mpi_coll_args& a, bool nonblocking) noexcept {
+[[gnu::always_inline]] inline pass_reason coll_executor::kept(const mpi_coll_args& a, bool nonblocking) noexcept {
     if constexpr (kept_by_recv<Form>) {
         const kept_collective* k = kept_repeat<Form>(rt_, a, nonblocking, fast_gate::for_executor());
-        if (k == nullptr) return false;
+        if (k == nullptr) return pass_reason::none;
         // The use count only feeds SHUNT_REPORT and the decide log.
-        if (rt_.counting() || rt_.cfg().log.enabled(log_level::debug, log_category::decide))
+        if (k->tuner != nullptr && (rt_.counting() || rt_.cfg().log.enabled(log_level::debug, log_category::decide)))
             k->tuner->count_settled(Form::op, k->bytes, k->live);
-        return true;
+        return k->why;
     }
-    return false;
+    return pass_reason::none;
 }
 
 // ---- entry points: one descriptor each (the form's describe), one path for all ----
@@ -145,7 +145,7 @@ template <class Form>
 #define SHUNT_COLL_ENTRY_(name, Name, params, args)                                \
     int runtime::name params noexcept {                                            \
         const mpi_coll_args a = mpi_##name::describe args;                         \
-        if (colls_.kept<mpi_##name>(a, false)) [[likely]] {                        \
+        if (colls_.kept<mpi_##name>(a, false) != pass_reason::none) [[likely]] {   \
             count_passed(shim::name, direction::collective, pass_reason::planned); \
             nbc_.progress();                                                       \
             return mpi_##name::library(a);                                         \
@@ -168,18 +168,19 @@ using mpi_ibcast = mpi_bcast;
 using mpi_ialltoall = mpi_alltoall;
 using mpi_ialltoallv = mpi_alltoallv;
 
-#define SHUNT_NBC_ENTRY_(name, Name, params, args)                                              \
-    int runtime::name params noexcept {                                                         \
-        auto all = std::make_tuple args;                                                        \
-        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 1;                         \
-        const mpi_coll_args a = describe_first<mpi_##name>(all, std::make_index_sequence<n>{}); \
-        MPI_Request* const req = std::get<n>(all);                                              \
-        if (req != nullptr && colls_.kept<mpi_##name>(a, true)) [[likely]] {                    \
-            count_passed(shim::name, direction::collective, pass_reason::planned);              \
-            return mpi_##name::ilibrary(a, req);                                                \
-        }                                                                                       \
-        this->count(shim::name);                                                                \
-        return colls_.start<mpi_##name>(shim::name, a, req);                                    \
+#define SHUNT_NBC_ENTRY_(name, Name, params, args)                                                         \
+    int runtime::name params noexcept {                                                                    \
+        auto all = std::make_tuple args;                                                                   \
+        constexpr std::size_t n = std::tuple_size_v<decltype(all)> - 1;                                    \
+        const mpi_coll_args a = describe_first<mpi_##name>(all, std::make_index_sequence<n>{});            \
+        MPI_Request* const req = std::get<n>(all);                                                         \
+        if (const pass_reason why = req != nullptr ? colls_.kept<mpi_##name>(a, true) : pass_reason::none; \
+            why != pass_reason::none) [[likely]] {                                                         \
+            count_passed(shim::name, direction::collective, why);                                          \
+            return mpi_##name::ilibrary(a, req);                                                           \
+        }                                                                                                  \
+        this->count(shim::name);                                                                           \
+        return colls_.start<mpi_##name>(shim::name, a, req);                                               \
     }
 SHUNT_MPI_NBC_CALLS(SHUNT_NBC_ENTRY_)
 #undef SHUNT_NBC_ENTRY_
@@ -334,17 +335,22 @@ auto nonblocking_schedule(const mpi_coll_args& a, const mpi_coll_facts& f, const
 }  // namespace
 
 template <class Form>
-void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t gate) noexcept {
+void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t gate, pass_reason why) noexcept {
     if (rt_.devices().in_use() || rt_.cfg().coll == coll_choice::shunt) return;
     context* ctx = existing_context(a.comm);
-    if (ctx == nullptr || !ctx->usable) return;
+    if (why == pass_reason::not_set_up ? ctx != nullptr : ctx == nullptr || !ctx->usable) return;
     try {
         mpi_coll_facts f;
         std::int64_t key = -1;
         if (Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key) != pass_reason::none || key < 0) return;
+        auto& k = kept_nonblocking[static_cast<std::size_t>(Form::op)];
+        if (ctx == nullptr) {
+            // No context: every such call goes to the library until a blocking collective makes one.
+            k = {a.comm, a.recvtype, a.op, a.recvcount, gate, nullptr, key, f.live, true, why};
+            return;
+        }
         const bool settled = ctx->tuner->settled(Form::op, key, f.live).has_value();
-        kept_nonblocking[static_cast<std::size_t>(Form::op)] = {
-            a.comm, a.recvtype, a.op, a.recvcount, gate, ctx->tuner.get(), key, f.live, settled};
+        k = {a.comm, a.recvtype, a.op, a.recvcount, gate, ctx->tuner.get(), key, f.live, settled, why};
     } catch (...) {
         // Nothing kept: the next call decides again.
     }
@@ -364,7 +370,7 @@ int coll_executor::start(shim s, mpi_coll_args a, MPI_Request* request) noexcept
     const std::uint64_t gate = fast_gate::kept();
     if (const pass_reason why = screen_nonblocking<Form>(s, a, true, f, ctx, pick); why != pass_reason::none) {
         if constexpr (kept_by_recv<Form>) {
-            if (why == pass_reason::planned) keep_nonblocking<Form>(a, gate);
+            if (why == pass_reason::planned || why == pass_reason::not_set_up) keep_nonblocking<Form>(a, gate, why);
         }
         return pass(why);
     }
@@ -460,20 +466,24 @@ collective_tuner::agree_fn coll_executor::agree_on(MPI_Comm own) noexcept {
 }
 
 coll_executor::context* coll_executor::existing_context(MPI_Comm comm) noexcept {
+    // The thread's last answer, a communicator without a context included (a program whose
+    // collectives on it are all nonblocking asks on every call): valid while no context has been
+    // made or deleted since.
     struct last_lookup {
         MPI_Comm comm = MPI_COMM_NULL;
         context* ctx = nullptr;
         std::uint64_t epoch = 0;
+        bool valid = false;
     };
     static thread_local last_lookup last;
     const std::uint64_t epoch = context_epoch.load(std::memory_order_acquire);
-    if (last.ctx != nullptr && last.comm == comm && last.epoch == epoch) return last.ctx;
+    if (last.valid && last.comm == comm && last.epoch == epoch) return last.ctx;
     const int keyval = context_keyval();
     if (keyval == MPI_KEYVAL_INVALID) return nullptr;
     void* value = nullptr;
     int found = 0;
-    if (PMPI_Comm_get_attr(comm, keyval, &value, &found) != MPI_SUCCESS || !found) return nullptr;
-    last = {comm, static_cast<context*>(value), epoch};
+    if (PMPI_Comm_get_attr(comm, keyval, &value, &found) != MPI_SUCCESS) return nullptr;
+    last = {comm, found ? static_cast<context*>(value) : nullptr, epoch, true};
     return last.ctx;
 }
 
@@ -540,6 +550,8 @@ coll_executor::context* coll_executor::context_of(MPI_Comm comm) noexcept {
         delete ctx;
         return nullptr;
     }
+    context_epoch.fetch_add(1, std::memory_order_acq_rel);  // lookups that found no context go stale
+    fast_gate::advance();  // and nonblocking calls kept for want of one
     return ctx;
 }
 

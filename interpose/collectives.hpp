@@ -58,12 +58,13 @@ public:
             nbc_logged{};
     };
 
-    /// True where `a` repeats a call of this thread that went to the library by the planner's
-    /// settled decision (and nothing it depends on changed since): the caller counts it and
-    /// passes it on at once. Before run(), which decides and counts every other call.
-    /// `nonblocking`: a call of the nonblocking form (MPI_I<name>), whose kept calls are its own.
+    /// Why `a` went to the library, where it repeats a call of this thread that went there by the
+    /// planner's settled decision or (nonblocking) for want of a context (and nothing it depends
+    /// on changed since): the caller counts it and passes it on at once; else pass_reason::none.
+    /// Before run(), which decides and counts every other call. `nonblocking`: a call of the
+    /// nonblocking form (MPI_I<name>), whose kept calls are its own.
     template <class Form>
-    bool kept(const mpi_coll_args& a, bool nonblocking) noexcept;
+    pass_reason kept(const mpi_coll_args& a, bool nonblocking) noexcept;
     /// Runs one call of the collective whose MPI form is `Form`, intercepted as shim `s`: the
     /// float sums that may be compressed through the compression executor, which runs them
     /// compressed or as run_exact().
@@ -110,7 +111,7 @@ private:
     /// Keeps a nonblocking call the library took by the planner's decision (see kept()), with
     /// the gate's word (fast_gate::kept()) read before it was screened.
     template <class Form>
-    void keep_nonblocking(const mpi_coll_args& a, std::uint64_t gate) noexcept;
+    void keep_nonblocking(const mpi_coll_args& a, std::uint64_t gate, pass_reason why) noexcept;
     /// The agreement of the planners (element-wise maximum over comm's ranks), progressing
     /// nonblocking schedules while it waits.
     collective_tuner::agree_fn agree_on(MPI_Comm comm) noexcept;

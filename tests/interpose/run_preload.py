@@ -223,6 +223,11 @@ def check_collectives(args, n, same):
     p, c = same("preloaded, SHUNT_COLL=auto SHUNT_LOG=decide SHUNT_REPORT=summary", "preload",
                 {"SHUNT_COLL": "auto", "SHUNT_LOG": "decide", "SHUNT_TOPOLOGY": args.collectives,
                  "SHUNT_REPORT": "summary"}, lambda s: True)
+    if args.not_set_up is not None:
+        m = re.search(r"^shunt\[rank 0\]:\s+collectives to the library: (.*)$", p.stderr, re.M)
+        counted = re.search(r"(?:^|, )not-set-up (\d+)", m.group(1)) if m else None
+        expect(m is not None and int(counted.group(1) if counted else 0) == args.not_set_up * n,
+               f"the summary must count {args.not_set_up * n} calls not set up ({args.not_set_up} a rank)", p, c)
     fused = [call for call in checked if call in FUSED]
     if n > 1 and fused:  # the fused collectives: one measured decision per communicator
         for call in fused:
@@ -423,6 +428,10 @@ def main():
     pr.add_argument("--coll-calls", default=None, metavar="CALLS",
                     help="with --collectives: the comma list of collectives the program calls (default: every "
                     "planned collective)")
+    pr.add_argument("--not-set-up", type=int, default=None, metavar="N",
+                    help="with --collectives: the nonblocking collective calls per rank the program makes on a "
+                    "communicator before a blocking collective has set it up; the SHUNT_COLL=auto summary must "
+                    "count exactly N per rank as not-set-up (more: calls kept that way after the setup)")
     pr.add_argument("--p2p", nargs="?", const="all", default=None, metavar="CALLS",
                     help="the program tests point-to-point calls: check that shunt handled them with SHUNT_PACK=host "
                     "instead of the packing checks; CALLS: a comma list of the calls that must show calls handled "
