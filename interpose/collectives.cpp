@@ -142,16 +142,16 @@ template <class Form>
 
 // ---- entry points: one descriptor each (the form's describe), one path for all ----
 
-#define SHUNT_COLL_ENTRY_(name, Name, params, args)                                \
-    int runtime::name params noexcept {                                            \
-        const mpi_coll_args a = mpi_##name::describe args;                         \
-        if (colls_.kept<mpi_##name>(a, false) != pass_reason::none) [[likely]] {   \
-            count_passed(shim::name, direction::collective, pass_reason::planned); \
-            nbc_.progress();                                                       \
-            return mpi_##name::library(a);                                         \
-        }                                                                          \
-        this->count(shim::name);                                                   \
-        return colls_.run<mpi_##name>(shim::name, a);                              \
+#define SHUNT_COLL_ENTRY_(name, Name, params, args)                                                           \
+    int runtime::name params noexcept {                                                                       \
+        const mpi_coll_args a = mpi_##name::describe args;                                                    \
+        if (const pass_reason why = colls_.kept<mpi_##name>(a, false); why != pass_reason::none) [[likely]] { \
+            count_passed(shim::name, direction::collective, why);                                             \
+            nbc_.progress();                                                                                  \
+            return mpi_##name::library(a);                                                                    \
+        }                                                                                                     \
+        this->count(shim::name);                                                                              \
+        return colls_.run<mpi_##name>(shim::name, a);                                                         \
     }
 SHUNT_MPI_COLL_CALLS(SHUNT_COLL_ENTRY_)
 #undef SHUNT_COLL_ENTRY_
@@ -343,14 +343,11 @@ void coll_executor::keep_nonblocking(const mpi_coll_args& a, std::uint64_t gate,
         mpi_coll_facts f;
         std::int64_t key = -1;
         if (Form::early(a, rt_.cfg().coll == coll_choice::measure, f, key) != pass_reason::none || key < 0) return;
-        auto& k = kept_nonblocking[static_cast<std::size_t>(Form::op)];
-        if (ctx == nullptr) {
-            // No context: every such call goes to the library until a blocking collective makes one.
-            k = {a.comm, a.recvtype, a.op, a.recvcount, gate, nullptr, key, f.live, true, why};
-            return;
-        }
-        const bool settled = ctx->tuner->settled(Form::op, key, f.live).has_value();
-        k = {a.comm, a.recvtype, a.op, a.recvcount, gate, ctx->tuner.get(), key, f.live, settled, why};
+        // Without a context every such call goes to the library until a blocking collective makes one.
+        collective_tuner* tuner = ctx != nullptr ? ctx->tuner.get() : nullptr;
+        const bool settled = tuner == nullptr || tuner->settled(Form::op, key, f.live).has_value();
+        kept_collective& k = kept_nonblocking[static_cast<std::size_t>(Form::op)];
+        k = {a.comm, a.recvtype, a.op, a.recvcount, gate, tuner, key, f.live, settled, why};
     } catch (...) {
         // Nothing kept: the next call decides again.
     }
