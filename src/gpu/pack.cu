@@ -5,6 +5,7 @@
 
 #include <shunt/gpu/index.hpp>
 #include <shunt/gpu/pack.hpp>
+#include <shunt/gpu/staged.hpp>
 
 #include <cuda_runtime.h>
 
@@ -74,6 +75,27 @@ __global__ void __launch_bounds__(block_threads)
     }
 }
 
+/// Shared-memory words of a staged launch block.
+constexpr std::int64_t stage_words = staged_capacity(block_threads);
+
+/// The staged kernels (shunt/gpu/staged.hpp) for elements of Elem bytes: each launch block takes
+/// tiles of the window in turn, stages one side of a tile in shared memory, then moves its
+/// elements from there.
+template <class Elem, bool Pack>
+__global__ void __launch_bounds__(block_threads)
+    staged_kernel(const staged_dims f, const std::uintptr_t typed, std::byte* const packed, const window w) {
+    __shared__ word16 stage[stage_words];
+    constexpr std::int64_t tile = std::int64_t{block_threads} * staged_bytes_per_thread;
+    const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * tile;
+    for (std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * tile; first < w.bytes; first += step) {
+        const staged_tile s = plan_staged_tile<Pack>(f, typed, packed, w, first, tile, stage_words);
+        load_staged_tile(s, stage, threadIdx.x, block_threads);
+        __syncthreads();
+        move_staged_tile<Elem, Pack>(f, s, stage, typed, packed, w, threadIdx.x, block_threads);
+        __syncthreads();  // the next tile's loads overwrite the stage
+    }
+}
+
 /// Fused pack: each launch block finds its item by binary search over the items' first blocks
 /// (the same answer for the whole block, so no divergence), then strides over that item's words.
 __device__ void fused_block(const fused_item* items, const std::int64_t* begin, std::int64_t nitems,
@@ -137,6 +159,14 @@ void launch_fast(const fast_dims& f, std::uintptr_t typed, std::byte* packed, wi
     SHUNT_CUDA(cudaGetLastError());
 }
 
+template <class Elem, bool Pack>
+void launch_staged(const staged_dims& f, std::uintptr_t typed, std::byte* packed, window w, cudaStream_t s) {
+    constexpr std::int64_t tile = std::int64_t{block_threads} * staged_bytes_per_thread;
+    const auto grid = static_cast<unsigned>(std::min((w.bytes + tile - 1) / tile, max_blocks));
+    staged_kernel<Elem, Pack><<<grid, block_threads, 0, s>>>(f, typed, packed, w);
+    SHUNT_CUDA(cudaGetLastError());
+}
+
 /// Bytes in flight per thread on the fast path (the automatic shape) for words of `word` bytes
 /// and blocks of `block` bytes: the shape bench-gpu-pack measured fastest for that word and
 /// block (1-byte words: 16; 2 and 4: 32; 8: 16; 16-byte words: 32 from 64-byte blocks when
@@ -163,6 +193,11 @@ template <class Word, bool Pack>
 void launch(detail::kernel_shape shape, const device_form& f, std::uintptr_t typed, std::byte* packed, window w,
             cudaStream_t s) {
     using detail::kernel_shape;
+    if constexpr (sizeof(Word) <= staged_chunk) {
+        if (shape == kernel_shape::staged)
+            if (const staged_dims d = make_staged_dims(f.fast()); d.fast.ndims >= 1)
+                return launch_staged<Word, Pack>(d, typed, packed, w, s);
+    }
     const bool fast = f.fast().ndims >= 0 && shape != kernel_shape::legacy;
     if (!fast) return launch_words<Word, Pack>(f.desc(), typed, packed, w, s);
     const int bytes = shape == kernel_shape::fast64   ? 64

@@ -1,11 +1,16 @@
 // tests/gpu/gpu_pack.cpp: the CUDA pack, unpack, fused-pack and fused-unpack kernels (each kernel shape) on device
-// memory against the host packer, byte for byte, over the random datatype pool. Exits 77 (skipped) without a device.
+// memory against the host packer, byte for byte, over the random datatype pool and bench-gpu-pack's small-block
+// objects. Exits 77 (skipped) without a device.
 //
-// usage: gpu_pack [N] [--seed S] [--only I]   (N random types, default 10000)
+// usage: gpu_pack [N] [--seed S] [--only I] [--objects BYTES]
+//   N random types (default 10000); BYTES of payload in each of bench-gpu-pack's small-block objects
+//   (default 2 MiB, at most that; 0: none)
 #include "../mpi/probe.hpp"
 #include "../mpi/random_types.hpp"
 
 #include <shunt/datatype/decode.hpp>
+#include <shunt/datatype/layout.hpp>
+#include <shunt/gpu/descriptor.hpp>
 #include <shunt/gpu/pack.hpp>
 #include <shunt/pack/host.hpp>
 
@@ -31,7 +36,8 @@ constexpr unsigned char sentinel = 0xc3;
 /// The kernel shapes checked besides the automatic choice.
 constexpr shunt::gpu::detail::kernel_shape shapes[] = {
     shunt::gpu::detail::kernel_shape::legacy, shunt::gpu::detail::kernel_shape::fast16,
-    shunt::gpu::detail::kernel_shape::fast32, shunt::gpu::detail::kernel_shape::fast64};
+    shunt::gpu::detail::kernel_shape::fast32, shunt::gpu::detail::kernel_shape::fast64,
+    shunt::gpu::detail::kernel_shape::staged};
 
 void need(cudaError_t rc, const char* call) {
     if (rc != cudaSuccess) {
@@ -260,6 +266,54 @@ private:
     std::vector<std::string> failures_;
 };
 
+/// bench-gpu-pack's small-block objects (2-D rows of B bytes 2B apart; 3-D planes of 16 such rows
+/// a plane apart), `payload` bytes each (the default 2 MiB: many tiles of the staged kernels),
+/// packed and unpacked by every kernel shape on the device against the host packer. Returns the
+/// number of failures, each printed.
+std::int64_t check_bench_shapes(arena& a, cudaStream_t s, std::int64_t payload) {
+    std::int64_t failures = 0;
+    rng r(0xbe9c);
+    for (const std::int64_t block : {1, 2, 4})
+        for (const bool planes : {false, true}) {
+            const std::int64_t pitch = 2 * block, rows = std::max<std::int64_t>(16, payload / block / 16 * 16);
+            const shunt::layout l =
+                planes ? shunt::simplify(shunt::layout{{{rows / 16, 2 * 16 * pitch}, {16, pitch}}, {{0, block}}})
+                       : shunt::simplify(shunt::layout{{{rows, pitch}}, {{0, block}}});
+            const std::int64_t span = planes ? rows / 16 * 2 * 16 * pitch : rows * pitch, total = rows * block;
+            const std::string at = std::string(planes ? "3d" : "2d") + "/b" + std::to_string(block);
+            std::vector<std::byte> typed(static_cast<std::size_t>(span)), back(typed.size());
+            for (auto& b : typed) b = static_cast<std::byte>(r.next());
+            std::vector<unsigned char> ref(static_cast<std::size_t>(total)), got(ref.size());
+            shunt::pack_host(l, span, 1, typed.data(), ref.data());
+            std::vector<std::byte> expect = typed;  // unpack of the packed stream, gaps kept
+            std::vector<unsigned char> other(ref.size());
+            for (auto& b : other) b = static_cast<unsigned char>(r.next());
+            shunt::unpack_host(l, span, 1, other.data(), expect.data());
+            const shunt::gpu::flat_form f(l, span, 1);
+            const shunt::gpu::device_form df(f);
+            auto report = [&](const char* what, shunt::gpu::detail::kernel_shape k) {
+                ++failures;
+                std::printf("FAIL %s with kernel shape %d differs from the host packer (%s)\n", what,
+                            static_cast<int>(k), at.c_str());
+            };
+            for (const auto k : shapes) {
+                need(cudaMemcpyAsync(a.typed, typed.data(), typed.size(), cudaMemcpyHostToDevice, s),
+                     "cudaMemcpyAsync");
+                need(cudaMemsetAsync(a.out, 0, got.size(), s), "cudaMemsetAsync");
+                shunt::gpu::detail::pack_as(k, df, a.typed, a.out, reinterpret_cast<shunt::gpu::stream_t>(s));
+                need(cudaMemcpyAsync(got.data(), a.out, got.size(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+                need(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+                if (got != ref) report("pack", k);
+                need(cudaMemcpyAsync(a.out2, other.data(), other.size(), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
+                shunt::gpu::detail::unpack_as(k, df, a.out2, a.typed, reinterpret_cast<shunt::gpu::stream_t>(s));
+                need(cudaMemcpyAsync(back.data(), a.typed, back.size(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync");
+                need(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+                if (back != expect) report("unpack", k);
+            }
+        }
+    return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,18 +323,20 @@ int main(int argc, char** argv) {
     }
     MPI_Init(&argc, &argv);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    std::int64_t types = 10000, only = -1;
+    std::int64_t types = 10000, only = -1, objects = std::int64_t{2} << 20;
     std::uint64_t seed = 20261122;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "--seed" && i + 1 < argc)
             seed = std::strtoull(argv[++i], nullptr, 0);
+        else if (a == "--objects" && i + 1 < argc)
+            objects = std::clamp<std::int64_t>(std::strtoll(argv[++i], nullptr, 0), 0, std::int64_t{2} << 20);
         else if (a == "--only" && i + 1 < argc)
             only = std::strtoll(argv[++i], nullptr, 0);
         else if (!a.empty() && a[0] != '-' && std::strtoll(a.c_str(), nullptr, 0) > 0)
             types = std::strtoll(a.c_str(), nullptr, 0);
         else {
-            std::fprintf(stderr, "usage: %s [N] [--seed S] [--only I]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [N] [--seed S] [--only I] [--objects BYTES]\n", argv[0]);
             MPI_Finalize();
             return 2;
         }
@@ -290,8 +346,10 @@ int main(int argc, char** argv) {
     cudaStream_t s = nullptr;
     need(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
     stats st;
+    std::int64_t shape_failures = 0;
     {
         arena a;
+        if (objects > 0) shape_failures = check_bench_shapes(a, s, objects);
         shunt_test::type_generator gen(0, 1);
         const std::int64_t begin = only >= 0 ? only : 0, end = only >= 0 ? only + 1 : types;
         for (std::int64_t i = begin; i < end; ++i) {
@@ -317,12 +375,13 @@ int main(int argc, char** argv) {
     cudaStreamDestroy(s);
     std::printf(
         "gpu_pack on %s, seed %llu: %lld types (%lld MPI_BOTTOM, %lld left to the library), %lld cases "
-        "(%lld skipped), %lld windows, %lld fused launches, %lld unpacks, %lld fused unpacks: %lld failed\n",
+        "(%lld skipped), %lld windows, %lld fused launches, %lld unpacks, %lld fused unpacks: %lld failed; "
+        "bench-gpu-pack's small-block objects: %lld failed\n",
         prop.name, static_cast<unsigned long long>(seed), static_cast<long long>(st.types),
         static_cast<long long>(st.bottom), static_cast<long long>(st.unsupported), static_cast<long long>(st.cases),
         static_cast<long long>(st.skipped), static_cast<long long>(st.windows), static_cast<long long>(st.fused),
         static_cast<long long>(st.unpacks), static_cast<long long>(st.fused_unpacks),
-        static_cast<long long>(st.failed_types));
+        static_cast<long long>(st.failed_types), static_cast<long long>(shape_failures));
     MPI_Finalize();
-    return st.failed_types == 0 ? 0 : 1;
+    return st.failed_types == 0 && shape_failures == 0 ? 0 : 1;
 }

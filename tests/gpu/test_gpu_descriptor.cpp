@@ -1,5 +1,5 @@
 // tests/gpu/test_gpu_descriptor.cpp: unit tests of the flat GPU descriptor and its index math on hand-made
-// layouts: folding and merging, many dimensions, 64-bit offsets, windows, word choice.
+// layouts: folding and merging, many dimensions, 64-bit offsets, windows, word choice, the staged tiles.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -7,7 +7,10 @@
 #include <shunt/gpu/descriptor.hpp>
 #include <shunt/gpu/emulate.hpp>
 #include <shunt/gpu/index.hpp>
+#include <shunt/gpu/staged.hpp>
 #include <shunt/pack/host.hpp>
+
+#include <algorithm>
 
 #include <cstdint>
 #include <numeric>
@@ -125,6 +128,63 @@ TEST_CASE("emulated pack of a large 3-D object in every word size equals pack_ho
         std::fill(got.begin(), got.end(), 0);
         CHECK(shunt::gpu::pack_emulated(f, typed_words.data(), got.data(), 0, f.desc().total, word, 37) ==
               f.desc().total);
+        CHECK(got == want);
+    }
+}
+
+TEST_CASE("staged tiles of bench-gpu-pack's small-block shapes fit the stage and span exactly their bytes") {
+    // The rows the staged kernels are for: 2-D rows of B bytes 2B apart, and 3-D planes of 16 such
+    // rows a plane apart. With the kernel's launch block (256 threads), each tile goes through the
+    // stage, and [lo, hi) is exactly the typed span of its bytes (the loads touch nothing else).
+    constexpr std::int64_t threads = 256, tile = threads * shunt::gpu::staged_bytes_per_thread;
+    for (const std::int64_t block : {1, 2, 4}) {
+        const std::int64_t pitch = 2 * block, rows = 3 * tile / block + 5;
+        for (const bool planes : {false, true}) {
+            const layout l = planes ? shunt::simplify(layout{{{rows / 16, 2 * 16 * pitch}, {16, pitch}}, {{0, block}}})
+                                    : shunt::simplify(layout{{{rows, pitch}}, {{0, block}}});
+            const std::int64_t n = planes ? rows / 16 * 16 : rows;
+            const flat_form f(l, (n + 64) * 4 * pitch, 1);
+            const auto fd = shunt::gpu::make_staged_dims(shunt::gpu::make_fast_dims(f.desc()));
+            REQUIRE(fd.fast.ndims >= 1);
+            std::vector<std::byte> typed(static_cast<std::size_t>((n + 64) * 4 * pitch)), packed(f.desc().total);
+            const auto t = reinterpret_cast<std::uintptr_t>(typed.data());
+            const shunt::gpu::window w{0, f.desc().total};
+            const auto ref = reference_offsets(l, 0, 1);
+            for (std::int64_t first = 0; first < w.bytes; first += tile) {
+                const auto s = shunt::gpu::plan_staged_tile<true>(fd, t, packed.data(), w, first, tile,
+                                                                  shunt::gpu::staged_capacity(threads));
+                CAPTURE(block);
+                CAPTURE(planes);
+                CAPTURE(first);
+                CHECK(s.words > 0);
+                const std::int64_t last = std::min(first + tile, w.bytes) - 1;
+                CHECK(s.lo == t + static_cast<std::uintptr_t>(ref[static_cast<std::size_t>(first)]));
+                CHECK(s.hi == t + static_cast<std::uintptr_t>(ref[static_cast<std::size_t>(last)]) + 1);
+            }
+        }
+    }
+}
+
+TEST_CASE("the staged kernels refuse offsets that do not grow with the stream") {
+    // Overlapping rows (stride below the block), a negative stride, and planes whose rows reach
+    // into the next plane: a tile's bytes would not lie between its first and last byte's offsets.
+    const flat_form overlap(layout{{{8, 4}}, {{0, 6}}}, 64, 1);
+    const flat_form negative(layout{{{8, -16}}, {{0, 4}}}, 16, 1);
+    const flat_form reach(layout{{{4, 40}, {8, 8}}, {{0, 4}}}, 160, 1);
+    const flat_form fine(layout{{{4, 64}, {8, 8}}, {{0, 4}}}, 256, 1);
+    for (const flat_form* f : {&overlap, &negative, &reach}) {
+        const auto fd = shunt::gpu::make_fast_dims(f->desc());
+        CHECK((fd.ndims < 0 || !shunt::gpu::staged_usable(fd)));
+    }
+    CHECK(shunt::gpu::staged_usable(shunt::gpu::make_fast_dims(fine.desc())));
+    // Where they are refused, the staged emulation still packs what pack_host packs.
+    std::vector<unsigned char> typed(512);
+    std::iota(typed.begin(), typed.end(), 0);
+    for (const flat_form* f : {&overlap, &negative, &reach, &fine}) {
+        const std::int64_t origin = f == &negative ? 200 : 0;
+        std::vector<unsigned char> want(static_cast<std::size_t>(f->desc().total)), got(want.size());
+        shunt::gpu::pack_emulated(*f, typed.data() + origin, want.data());
+        CHECK(shunt::gpu::pack_staged_emulated(*f, typed.data() + origin, got.data()) == f->desc().total);
         CHECK(got == want);
     }
 }

@@ -1,4 +1,4 @@
-// tests/mpi/test_gpu_index.cpp: the GPU kernels' index math (shunt/gpu/index.hpp), run on the host
+// tests/mpi/test_gpu_index.cpp: the GPU kernels' index math (shunt/gpu/index.hpp, staged.hpp), run on the host
 // through the kernel emulation, against the host packer over the random datatype pool.
 //
 // usage: test_gpu_index [N] [--seed S] [--only I]
@@ -6,8 +6,9 @@
 //   for counts 1 and 2..4: the typed offset of every packed byte against the flattened layout,
 //   pack_emulated against pack_host (whole, random windows, chunks) with the widest word and with
 //   every narrower one, unpack_emulated against unpack_host (whole buffer compared, untouched
-//   bytes included), and fused emulated launches of several items against separate host packs and
-//   unpacks.
+//   bytes included), fused emulated launches of several items against separate host packs and
+//   unpacks, and, where they apply, the staged kernels' phases (shunt/gpu/staged.hpp) against both
+//   (random launch shapes and stage capacities).
 #include "probe.hpp"
 #include "random_types.hpp"
 
@@ -36,7 +37,7 @@ constexpr unsigned char sentinel = 0x5a;
 struct stats {
     std::int64_t types = 0, unsupported = 0, cases = 0, skipped = 0, windows = 0, unpacks = 0, fused = 0,
                  fused_unpacks = 0;
-    std::int64_t multi_block = 0, multi_dim = 0, fast = 0, words[17] = {};
+    std::int64_t multi_block = 0, multi_dim = 0, fast = 0, staged = 0, words[17] = {};
     std::int64_t failed_types = 0;
 };
 
@@ -107,6 +108,25 @@ private:
         if (fd.ndims >= 0) {
             ++st_.fast;
             if (!offsets_match("fast_offset", [&](std::int64_t p) { return shunt::gpu::fast_offset(fd, p); })) return;
+            // The staged kernels' cursor: from stream byte 0 and from a random element, moved on one
+            // element at a time (elements: the widest power of two up to 4 dividing the block).
+            const auto sd = shunt::gpu::make_staged_dims(fd);
+            if (sd.fast.ndims >= 1 && total > 0) {
+                const std::int64_t block = fd.inner[fd.ndims - 1];
+                const std::int64_t elem = std::min<std::int64_t>(block & -block, 4);
+                for (const std::int64_t start : {std::int64_t{0}, r_.range(0, (total - 1) / elem) * elem}) {
+                    shunt::gpu::fast_cursor c = shunt::gpu::cursor_at(sd, start);
+                    for (std::int64_t p = start; p < total; p += elem) {
+                        if (p > start) shunt::gpu::advance(sd, c, elem);
+                        if (c.off != pos[static_cast<std::size_t>(p)]) {
+                            fail("cursor from " + std::to_string(start) + " at packed byte " + std::to_string(p) +
+                                 " is " + std::to_string(c.off) + ", the layout says " +
+                                 std::to_string(pos[static_cast<std::size_t>(p)]) + at);
+                            return;
+                        }
+                    }
+                }
+            }
         }
 
         // Whole pack with each word size the alignment allows (the widest first).
@@ -130,6 +150,39 @@ private:
                 !untouched(out + total, 16))
                 fail("pack_emulated (word " + std::to_string(word) + ", " + std::to_string(threads) +
                      " threads) differs from pack_host" + at);
+        }
+
+        // The staged kernels' phases, where they apply: every word size of 4 bytes or fewer, random
+        // launch shapes, and stages of random capacity, so tiles both go through the stage and,
+        // where the typed span outgrows it, directly; whole streams and random windows.
+        const bool staged = fd.ndims >= 0 && shunt::gpu::staged_usable(fd) && !f.contiguous();
+        if (staged) {
+            ++st_.staged;
+            for (int word = std::min(widest, 4); word >= 1; word /= 2) {
+                const std::int64_t threads = r_.range(1, 64), blocks = r_.range(1, 4);
+                const std::int64_t capacity = r_.chance(50) ? 0 : r_.range(1, threads * 2 + 2);
+                std::memset(out, sentinel, static_cast<std::size_t>(total) + 16);
+                const std::int64_t got =
+                    shunt::gpu::pack_staged_emulated(f, buf.origin(), out, 0, total, word, threads, blocks, capacity);
+                if (got != total || std::memcmp(out, ref.data(), static_cast<std::size_t>(total)) != 0 ||
+                    !untouched(out + total, 16))
+                    fail("pack_staged_emulated (word " + std::to_string(word) + ", " + std::to_string(blocks) + "x" +
+                         std::to_string(threads) + " threads, capacity " + std::to_string(capacity) +
+                         ") differs from pack_host" + at);
+            }
+            std::vector<unsigned char> want_win(static_cast<std::size_t>(total) + 16);
+            for (int w = 0; w < 2; ++w) {
+                const std::int64_t first = r_.range(0, total), len = r_.range(0, total - first + 4);
+                std::fill(want_win.begin(), want_win.end(), sentinel);
+                std::memset(out, sentinel, static_cast<std::size_t>(total) + 16);
+                const std::int64_t want =
+                    shunt::pack_host(info_.form, extent, count, buf.origin(), want_win.data(), first, len);
+                const std::int64_t got =
+                    shunt::gpu::pack_staged_emulated(f, buf.origin(), out, first, len, 0, r_.range(1, 64));
+                if (got != want || std::memcmp(out, want_win.data(), static_cast<std::size_t>(total) + 16) != 0)
+                    fail("pack_staged_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) +
+                         ") differs" + at);
+            }
         }
 
         // Windows [first, first + len), compared with pack_host's window (sentinels after it).
@@ -204,7 +257,23 @@ private:
             if (got != want || buf.snapshot() != host_window)
                 fail("unpack_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) + ") differs" +
                      at);
+            if (staged) {
+                buf.fill(before);
+                const std::int64_t got_staged = shunt::gpu::unpack_staged_emulated(
+                    f, ref.data() + first, buf.origin(), first, len, 0, r_.range(1, 64), r_.range(1, 4));
+                if (got_staged != want || buf.snapshot() != host_window)
+                    fail("unpack_staged_emulated window [" + std::to_string(first) + ",+" + std::to_string(len) +
+                         ") differs" + at);
+            }
         }
+        if (staged)
+            for (int word = std::min(widest, 4); word >= 1; word /= 2) {
+                buf.fill(before);
+                const std::int64_t got = shunt::gpu::unpack_staged_emulated(f, ref.data(), buf.origin(), 0, total, word,
+                                                                            r_.range(1, 64), r_.range(1, 4));
+                if (got != total || buf.snapshot() != expect)
+                    fail("unpack_staged_emulated (word " + std::to_string(word) + ") differs from unpack_host" + at);
+            }
 
         // Fused unpack: the whole stream into this buffer and the stream's first element into a
         // second typed buffer, in one emulated launch, each against unpack_host.
@@ -318,15 +387,16 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "gpu_index seed %llu: %lld types (%lld left to the library), %lld cases (%lld skipped for memory; "
-        "%lld with several blocks, %lld with several dims, %lld with the fast path), widest words 1/2/4/8/16 B: "
+        "%lld with several blocks, %lld with several dims, %lld with the fast path, %lld staged), widest words "
+        "1/2/4/8/16 B: "
         "%lld/%lld/%lld/%lld/%lld, "
         "%lld pack windows, %lld fused launches, %lld unpacks, %lld fused unpack launches: %lld failed\n",
         static_cast<unsigned long long>(seed), static_cast<long long>(st.types), static_cast<long long>(st.unsupported),
         static_cast<long long>(st.cases), static_cast<long long>(st.skipped), static_cast<long long>(st.multi_block),
-        static_cast<long long>(st.multi_dim), static_cast<long long>(st.fast), static_cast<long long>(st.words[1]),
-        static_cast<long long>(st.words[2]), static_cast<long long>(st.words[4]), static_cast<long long>(st.words[8]),
-        static_cast<long long>(st.words[16]), static_cast<long long>(st.windows), static_cast<long long>(st.fused),
-        static_cast<long long>(st.unpacks), static_cast<long long>(st.fused_unpacks),
+        static_cast<long long>(st.multi_dim), static_cast<long long>(st.fast), static_cast<long long>(st.staged),
+        static_cast<long long>(st.words[1]), static_cast<long long>(st.words[2]), static_cast<long long>(st.words[4]),
+        static_cast<long long>(st.words[8]), static_cast<long long>(st.words[16]), static_cast<long long>(st.windows),
+        static_cast<long long>(st.fused), static_cast<long long>(st.unpacks), static_cast<long long>(st.fused_unpacks),
         static_cast<long long>(st.failed_types));
     if (division_failures)
         std::printf("%lld divisions by multiplication failed\n", static_cast<long long>(division_failures));

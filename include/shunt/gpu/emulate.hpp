@@ -4,6 +4,7 @@
 
 #include <shunt/gpu/descriptor.hpp>
 #include <shunt/gpu/index.hpp>
+#include <shunt/gpu/staged.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -72,6 +73,67 @@ inline std::int64_t unpack_emulated(const flat_form& f, const void* in, void* ty
     return detail::emulate<false>(f, reinterpret_cast<std::uintptr_t>(typed),
                                   const_cast<std::byte*>(static_cast<const std::byte*>(in)), first, max_bytes, word,
                                   threads);
+}
+
+namespace detail {
+
+template <class Elem, bool Pack>
+inline void emulate_staged_words(const staged_dims& f, std::uintptr_t typed, std::byte* packed, window w,
+                                 std::int64_t threads, std::int64_t blocks, std::int64_t capacity) {
+    const std::int64_t tile = threads * staged_bytes_per_thread;
+    std::vector<word16> stage(static_cast<std::size_t>(capacity));
+    for (std::int64_t b = 0; b < blocks; ++b)
+        for (std::int64_t first = b * tile; first < w.bytes; first += blocks * tile) {
+            const staged_tile s = plan_staged_tile<Pack>(f, typed, packed, w, first, tile, capacity);
+            for (std::int64_t t = 0; t < threads; ++t) load_staged_tile(s, stage.data(), t, threads);
+            for (std::int64_t t = 0; t < threads; ++t)  // after the block's barrier
+                move_staged_tile<Elem, Pack>(f, s, stage.data(), typed, packed, w, t, threads);
+        }
+}
+
+template <bool Pack>
+inline std::int64_t emulate_staged(const flat_form& f, std::uintptr_t typed, std::byte* packed, std::int64_t first,
+                                   std::int64_t max_bytes, int word, std::int64_t threads, std::int64_t blocks,
+                                   std::int64_t capacity) {
+    const window w = clamp_window(f.desc(), first, max_bytes);
+    if (w.bytes == 0) return 0;
+    const int widest = word_size(f.desc(), typed, reinterpret_cast<std::uintptr_t>(packed), w);
+    if (word <= 0 || word > widest) word = widest;
+    const staged_dims fd = make_staged_dims(make_fast_dims(f.desc()));
+    if (f.contiguous() || word > staged_chunk || fd.fast.ndims < 1)
+        return emulate<Pack>(f, typed, packed, first, max_bytes, word, emulated_threads);
+    if (capacity <= 0) capacity = staged_capacity(threads);
+    switch (word) {
+        case 4: emulate_staged_words<std::uint32_t, Pack>(fd, typed, packed, w, threads, blocks, capacity); break;
+        case 2: emulate_staged_words<std::uint16_t, Pack>(fd, typed, packed, w, threads, blocks, capacity); break;
+        default: emulate_staged_words<std::uint8_t, Pack>(fd, typed, packed, w, threads, blocks, capacity); break;
+    }
+    return w.bytes;
+}
+
+}  // namespace detail
+
+/// What shunt::gpu::detail::pack_as with kernel_shape::staged does, on host memory: the staged
+/// kernel's phases (shunt/gpu/staged.hpp), `blocks` launch blocks of `threads` threads staging at
+/// most `capacity` words each (0: what the kernel stages), where the staged kernels apply (words
+/// of `word` bytes, 4 or fewer; a fast path whose offsets grow), else what pack_emulated does.
+/// Returns the bytes written.
+inline std::int64_t pack_staged_emulated(const flat_form& f, const void* typed, void* out, std::int64_t first = 0,
+                                         std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max(),
+                                         int word = 0, std::int64_t threads = emulated_threads, std::int64_t blocks = 3,
+                                         std::int64_t capacity = 0) {
+    return detail::emulate_staged<true>(f, reinterpret_cast<std::uintptr_t>(typed), static_cast<std::byte*>(out), first,
+                                        max_bytes, word, threads, blocks, capacity);
+}
+
+/// The inverse of pack_staged_emulated: returns the bytes read.
+inline std::int64_t unpack_staged_emulated(const flat_form& f, const void* in, void* typed, std::int64_t first = 0,
+                                           std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max(),
+                                           int word = 0, std::int64_t threads = emulated_threads,
+                                           std::int64_t blocks = 3, std::int64_t capacity = 0) {
+    return detail::emulate_staged<false>(f, reinterpret_cast<std::uintptr_t>(typed),
+                                         const_cast<std::byte*>(static_cast<const std::byte*>(in)), first, max_bytes,
+                                         word, threads, blocks, capacity);
 }
 
 /// One input of a fused pack: `f`'s whole stream from `typed` into `out`.

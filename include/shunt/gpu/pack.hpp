@@ -94,8 +94,10 @@ namespace detail {
 /// The kernels pack and unpack may launch, for the benchmarks and tests that compare them:
 /// automatic (what pack and unpack choose), legacy (one word per thread with the table's index
 /// math, the kernels before the fast path), and the fast path with 16, 32 or 64 bytes in flight
-/// per thread (falling back to legacy where the descriptor has no fast path).
-enum class kernel_shape { automatic, legacy, fast16, fast32, fast64 };
+/// per thread (falling back to legacy where the descriptor has no fast path), and the staged
+/// kernels of shunt/gpu/staged.hpp (falling back to automatic where they do not apply: words of 8
+/// bytes or more, no fast path, typed offsets that do not grow with the stream position).
+enum class kernel_shape { automatic, legacy, fast16, fast32, fast64, staged };
 
 /// pack with the kernel `shape` (same contract and errors).
 std::int64_t pack_as(kernel_shape shape, const device_form& f, const void* typed, void* out, stream_t stream,
