@@ -167,7 +167,7 @@ if command -v compute-sanitizer >/dev/null; then
   pre="$PWD/$build/interpose/libshunt.so"
   for tool in memcheck racecheck synccheck; do
     (san $tool gpu_classify "$build/tests/gpu/gpu_classify"
-     san $tool gpu_pack "$build/tests/gpu/gpu_pack" 60
+     san $tool gpu_pack "$build/tests/gpu/gpu_pack" 60 --objects 65536
      san $tool gpu_compress "$build/tests/gpu/gpu_compress" --no-timing
      san $tool gpu_p2p mpiexec -n 2 env LD_PRELOAD="$pre" SHUNT_PACK=device "$build/tests/gpu/gpu_p2p"
      san $tool gpu_alltoallw mpiexec -n 3 env LD_PRELOAD="$pre" SHUNT_PACK=device "$build/tests/gpu/gpu_alltoallw") &

@@ -45,6 +45,28 @@ struct shape {
             }
         return sectors * 32;
     }
+    /// Bytes of the sectors among those that blocks cover only in part: where memory is written
+    /// in whole ECC-protected sectors, an unpack's partial write costs a read of the sector too.
+    std::int64_t partial_sector_bytes() const {
+        std::int64_t partial = 0, current = -1, covered = 0;
+        auto close = [&] {
+            if (current >= 0 && covered < 32) ++partial;
+        };
+        for (std::int64_t k = 0; k < planes; ++k)
+            for (std::int64_t r = 0; r < rows; ++r) {
+                const std::int64_t lo = k * plane + r * pitch, hi = lo + block;
+                for (std::int64_t sec = lo / 32; sec <= (hi - 1) / 32; ++sec) {
+                    if (sec != current) {
+                        close();
+                        current = sec;
+                        covered = 0;
+                    }
+                    covered += std::min(hi, (sec + 1) * 32) - std::max(lo, sec * 32);
+                }
+            }
+        close();
+        return partial * 32;
+    }
 };
 
 /// The object of about `size` payload bytes: 2-D rows twice the block apart; 3-D planes of 16
@@ -97,9 +119,13 @@ int main(int argc, char** argv) {
         "(stream-ordered, one synchronisation per call) in GB/s of payload; before = the kernels before the\n"
         "fast path (one word per thread, the table's index math), x before = before time / shunt time;\n"
         "fast16, fast32, fast64 (--shapes) = the fast path with that many bytes in flight per thread;\n"
+        "staged (blocks of 1-4 B) = the staged kernels (a tile's typed span through shared memory), staged/bound\n"
+        "its fraction of the bound;\n"
         "bound = payload / (strided bytes rounded to 32-byte sectors + contiguous bytes) at the device-to-\n"
         "device copy bandwidth measured "
-        "in the same run, and shunt/bound its fraction; 2D = cudaMemcpy2DAsync (3d: one call per plane, over\n"
+        "in the same run, and shunt/bound its fraction; shunt/rmw = the fraction of the bound plus a read of every\n"
+        "sector an unpack writes in part (memory written in whole ECC-protected sectors; packs: shunt/bound); 2D = "
+        "cudaMemcpy2DAsync (3d: one call per plane, over\n"
         "the first --per-block-max planes); per-block = one cudaMemcpyAsync per block over the first\n"
         "--per-block-max blocks. Baselines timed on a part are scaled to the whole object for the ratios\n"
         "(x 2D, x per-block: baseline time / shunt time). Exits 77 without a CUDA device.");
@@ -141,11 +167,14 @@ int main(int argc, char** argv) {
                  {"shunt GB/s", 10, "shunt_gbs"},
                  {"bound GB/s", 10, "bound_gbs"},
                  {"shunt/bound", 11, "shunt_over_bound"},
+                 {"shunt/rmw", 9, "shunt_over_rmw_bound"},
                  {"before GB/s", 11, "before_gbs"},
                  {"x before", 8, "speedup_vs_before"},
                  {"fast16", 7, "fast16_gbs"},
                  {"fast32", 7, "fast32_gbs"},
                  {"fast64", 7, "fast64_gbs"},
+                 {"staged", 7, "staged_gbs"},
+                 {"staged/bound", 12, "staged_over_bound"},
                  {"2D GB/s", 8, "memcpy2d_gbs"},
                  {"per-block GB/s", 14, "per_block_gbs"},
                  {"x 2D", 7, "speedup_vs_2d"},
@@ -229,10 +258,18 @@ int main(int argc, char** argv) {
             if (shapes)
                 for (const auto k : {kernel_shape::fast16, kernel_shape::fast32, kernel_shape::fast64})
                     v.push_back(kernel(k));
+            // The staged kernels serve words of 4 bytes or fewer: blocks of 1-4 bytes here.
+            const bool staged = sh.block <= 4;
+            const std::size_t staged_at = v.size();
+            if (staged) v.push_back(kernel(kernel_shape::staged));
             const auto times = measure(v, o);
             // The copy moves 2 * payload bytes of memory traffic in its time.
             const double traffic_per_s = 2.0 * static_cast<double>(payload) / times[3].best_s;
             const double bound_s = static_cast<double>(sh.sector_bytes() + payload) / traffic_per_s;
+            // Unpacks: the bound plus a read of every sector written in part.
+            const double rmw_bound_s =
+                pack ? bound_s
+                     : static_cast<double>(sh.sector_bytes() + sh.partial_sector_bytes() + payload) / traffic_per_s;
             const double per_block_s =
                 times[2].best_s * static_cast<double>(nblocks) / static_cast<double>(timed_blocks);
             const double two_d_s = times[1].best_s * static_cast<double>(sh.planes) / static_cast<double>(timed_planes);
@@ -240,8 +277,10 @@ int main(int argc, char** argv) {
                 return shapes ? gbs_cell(payload, times[first_shape + i].best_s) : text_cell("-");
             };
             t.row({text_cell(name), bytes_cell(payload), gbs_cell(payload, times[0].best_s), gbs_cell(payload, bound_s),
-                   number_cell(bound_s / times[0].best_s, 2), gbs_cell(payload, times[4].best_s),
-                   number_cell(times[4].best_s / times[0].best_s, 2), shape_cell(0), shape_cell(1), shape_cell(2),
+                   number_cell(bound_s / times[0].best_s, 2), number_cell(rmw_bound_s / times[0].best_s, 2),
+                   gbs_cell(payload, times[4].best_s), number_cell(times[4].best_s / times[0].best_s, 2), shape_cell(0),
+                   shape_cell(1), shape_cell(2), staged ? gbs_cell(payload, times[staged_at].best_s) : text_cell("-"),
+                   staged ? number_cell(bound_s / times[staged_at].best_s, 2) : text_cell("-"),
                    have_2d ? gbs_cell(payload, two_d_s) : text_cell("n/a"),
                    gbs_cell(timed_blocks * sh.block, times[2].best_s),
                    have_2d ? number_cell(two_d_s / times[0].best_s, 1) : text_cell("n/a"),
