@@ -120,6 +120,25 @@ pack_steps() {
     timeout "$t" "$build/bench/gpu/bench-gpu-pack" ${DEVICE_CHECK_SHAPES:+--shapes} --time 0.4 --csv "$logs/pack.csv" \
       >"$logs/pack.txt" 2>&1
     note "bench-gpu-pack: exit $? ($(grep -c '^pack\|^unpack' "$logs/pack.txt") rows, limit ${t} s)"
+    # The staged kernels against the default on the rows of 1-4 B blocks (what choosing them as the default needs).
+    python3 - "$logs/pack.csv" <<'PY' 2>&1 | sed 's/^/  /' | tee -a "$summary"
+import csv, sys
+try:
+    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r.get("staged_gbs") not in (None, "", "-")]
+except OSError:
+    rows = []
+for op in ("pack", "unpack"):
+    got = [(r["row"], float(r["staged_gbs"]) / float(r["shunt_gbs"]), float(r["staged_over_bound"]),
+            float(r["shunt_over_bound"])) for r in rows if r["row"].startswith(op + "/") and float(r["shunt_gbs"]) > 0]
+    if not got:
+        print(f"staged {op}s: no rows"); continue
+    x = [g[1] for g in got]
+    print(f"staged {op}s: {sum(v > 1 for v in x)} of {len(x)} rows faster than the default, staged/default "
+          f"{min(x):.2f}-{max(x):.2f}; of the bound {min(g[2] for g in got):.2f}-{max(g[2] for g in got):.2f} "
+          f"(default {min(g[3] for g in got):.2f}-{max(g[3] for g in got):.2f})")
+    for name, ratio, sb, db in got:
+        print(f"  {name}: staged/default {ratio:.2f}, of the bound {sb:.2f} against {db:.2f}")
+PY
   else
     note "bench-gpu-pack: skipped (no time left)"
   fi

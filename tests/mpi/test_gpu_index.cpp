@@ -208,7 +208,7 @@ private:
             }
             first += n;
         }
-        if (std::memcmp(chunked.data(), ref.data(), static_cast<std::size_t>(total)) != 0)
+        if (!std::equal(chunked.begin(), chunked.begin() + total, ref.begin()))
             fail("pack_emulated in chunks differs" + at);
 
         // Fused: the whole stream, its first element and a second copy in one launch, into two
