@@ -194,7 +194,7 @@ void launch(detail::kernel_shape shape, const device_form& f, std::uintptr_t typ
             cudaStream_t s) {
     using detail::kernel_shape;
     if constexpr (sizeof(Word) <= staged_chunk) {
-        if (shape == kernel_shape::staged)
+        if (shape == kernel_shape::staged && typed != 0)  // MPI_BOTTOM: see shunt/gpu/staged.hpp
             if (const staged_dims d = make_staged_dims(f.fast()); d.fast.ndims >= 1)
                 return launch_staged<Word, Pack>(d, typed, packed, w, s);
     }

@@ -100,7 +100,7 @@ inline std::int64_t emulate_staged(const flat_form& f, std::uintptr_t typed, std
     const int widest = word_size(f.desc(), typed, reinterpret_cast<std::uintptr_t>(packed), w);
     if (word <= 0 || word > widest) word = widest;
     const staged_dims fd = make_staged_dims(make_fast_dims(f.desc()));
-    if (f.contiguous() || word > staged_chunk || fd.fast.ndims < 1)
+    if (f.contiguous() || word > staged_chunk || fd.fast.ndims < 1 || typed == 0)
         return emulate<Pack>(f, typed, packed, first, max_bytes, word, emulated_threads);
     if (capacity <= 0) capacity = staged_capacity(threads);
     switch (word) {
@@ -116,7 +116,8 @@ inline std::int64_t emulate_staged(const flat_form& f, std::uintptr_t typed, std
 /// What shunt::gpu::detail::pack_as with kernel_shape::staged does, on host memory: the staged
 /// kernel's phases (shunt/gpu/staged.hpp), `blocks` launch blocks of `threads` threads staging at
 /// most `capacity` words each (0: what the kernel stages), where the staged kernels apply (words
-/// of `word` bytes, 4 or fewer; a fast path whose offsets grow), else what pack_emulated does.
+/// of `word` bytes, 4 or fewer; a fast path whose offsets grow; a typed base other than
+/// MPI_BOTTOM's null), else what pack_emulated does.
 /// Returns the bytes written.
 inline std::int64_t pack_staged_emulated(const flat_form& f, const void* typed, void* out, std::int64_t first = 0,
                                          std::int64_t max_bytes = std::numeric_limits<std::int64_t>::max(),

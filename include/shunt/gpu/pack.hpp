@@ -96,7 +96,8 @@ namespace detail {
 /// math, the kernels before the fast path), and the fast path with 16, 32 or 64 bytes in flight
 /// per thread (falling back to legacy where the descriptor has no fast path), and the staged
 /// kernels of shunt/gpu/staged.hpp (falling back to automatic where they do not apply: words of 8
-/// bytes or more, no fast path, typed offsets that do not grow with the stream position).
+/// bytes or more, no fast path, typed offsets that do not grow with the stream position, a null
+/// typed base).
 enum class kernel_shape { automatic, legacy, fast16, fast32, fast64, staged };
 
 /// pack with the kernel `shape` (same contract and errors).

@@ -4,7 +4,9 @@
 // 16-byte words (pack: the typed span the tile covers, gaps included, so every 32-byte sector is
 // read whole and once; unpack: the tile's packed bytes), then move the elements from there. The
 // bodies of both phases are here, host and device, so the host emulation runs exactly what the
-// kernels run. No CUDA header, no MPI, no allocation.
+// kernels run. Reading a pack's gaps needs the typed bytes in one object, as MPI requires of every
+// buffer but MPI_BOTTOM: with a null typed base (absolute addresses, maybe in several allocations)
+// the staged kernels are not used. No CUDA header, no MPI, no allocation.
 #pragma once
 
 #include <shunt/gpu/index.hpp>
