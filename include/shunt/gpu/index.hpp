@@ -140,8 +140,11 @@ SHUNT_HD inline std::uint64_t mul_high(std::uint64_t a, std::uint64_t b) {
 
 /// Typed offset of packed byte `p` (0 <= p < 2^32) by the fast path: typed_offset_as<false>'s
 /// answer, each quotient floor(p * ceil(2^64 / inner) / 2^64), exact for p < 2^32 and inner
-/// <= 2^32 (the error term stays below 1 / inner).
-SHUNT_HD inline std::int64_t fast_offset(const fast_dims& f, std::int64_t p) {
+/// <= 2^32 (the error term stays below 1 / inner). Where given, index[k] receives dimension k's
+/// quotient and *rem the byte within the block (the staged kernels' cursor); the kernels that
+/// pass neither compile to the same code.
+SHUNT_HD inline std::int64_t fast_offset(const fast_dims& f, std::int64_t p, std::int64_t* index = nullptr,
+                                         std::int64_t* rem = nullptr) {
     std::int64_t off = f.base;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -152,7 +155,9 @@ SHUNT_HD inline std::int64_t fast_offset(const fast_dims& f, std::int64_t p) {
             f.recip[k] == 0 ? p : static_cast<std::int64_t>(mul_high(static_cast<std::uint64_t>(p), f.recip[k]));
         p -= i * f.inner[k];
         off += i * f.stride[k];
+        if (index != nullptr) index[k] = i;
     }
+    if (rem != nullptr) *rem = p;
     return off + p;
 }
 

@@ -82,22 +82,10 @@ struct fast_cursor {
     std::int64_t index[fast_max_dims]{};
 };
 
-/// The cursor at stream byte `p` (fast_offset's math, keeping the quotients).
+/// The cursor at stream byte `p` (fast_offset, keeping the quotients).
 SHUNT_HD inline fast_cursor cursor_at(const staged_dims& d, std::int64_t p) {
-    const fast_dims& f = d.fast;
     fast_cursor c;
-    c.off = f.base;
-    SHUNT_UNROLL
-    for (int k = 0; k < fast_max_dims; ++k) {
-        if (k >= f.ndims) break;
-        const std::int64_t i =
-            f.recip[k] == 0 ? p : static_cast<std::int64_t>(mul_high(static_cast<std::uint64_t>(p), f.recip[k]));
-        p -= i * f.inner[k];
-        c.off += i * f.stride[k];
-        c.index[k] = i;
-    }
-    c.rem = p;
-    c.off += p;
+    c.off = fast_offset(d.fast, p, c.index, &c.rem);
     return c;
 }
 
