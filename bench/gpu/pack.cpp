@@ -1,6 +1,7 @@
 // bench/gpu/pack.cpp: bench-gpu-pack, bandwidth of shunt's CUDA pack and unpack kernels for 2-D and 3-D
 // strided objects against the sector-aware bound, cudaMemcpy2DAsync and one cudaMemcpyAsync per block.
 #include "../harness.hpp"
+#include "shapes.hpp"
 
 #include <shunt/datatype/layout.hpp>
 #include <shunt/gpu/pack.hpp>
@@ -21,70 +22,6 @@ using namespace shunt::bench;
 
 void need(cudaError_t rc, const char* call) {
     if (rc != cudaSuccess) throw shunt::error(std::string(call) + " failed: " + cudaGetErrorString(rc));
-}
-
-/// One object: `planes` planes of `rows` blocks of `block` bytes, rows `pitch` bytes apart and
-/// planes `plane` bytes apart (2-D: one plane).
-struct shape {
-    std::string family;
-    std::int64_t block = 0, pitch = 0, rows = 0, planes = 1, plane = 0;
-    std::int64_t payload() const { return block * rows * planes; }
-    std::int64_t span() const { return (planes - 1) * plane + (rows - 1) * pitch + block; }
-    shunt::layout form() const {
-        shunt::layout l{{{planes, plane}, {rows, pitch}}, {{0, block}}};
-        return shunt::simplify(l);
-    }
-    /// Bytes of distinct 32-byte sectors the strided side touches (base 256-byte aligned).
-    std::int64_t sector_bytes() const {
-        std::int64_t sectors = 0, last = -1;
-        for (std::int64_t k = 0; k < planes; ++k)
-            for (std::int64_t r = 0; r < rows; ++r) {
-                const std::int64_t lo = k * plane + r * pitch, first = lo / 32, end = (lo + block - 1) / 32;
-                sectors += end - std::max(first, last + 1) + 1;
-                last = end;
-            }
-        return sectors * 32;
-    }
-    /// Bytes of the sectors among those that blocks cover only in part: where memory is written
-    /// in whole ECC-protected sectors, an unpack's partial write costs a read of the sector too.
-    std::int64_t partial_sector_bytes() const {
-        std::int64_t partial = 0, current = -1, covered = 0;
-        auto close = [&] {
-            if (current >= 0 && covered < 32) ++partial;
-        };
-        for (std::int64_t k = 0; k < planes; ++k)
-            for (std::int64_t r = 0; r < rows; ++r) {
-                const std::int64_t lo = k * plane + r * pitch, hi = lo + block;
-                for (std::int64_t sec = lo / 32; sec <= (hi - 1) / 32; ++sec) {
-                    if (sec != current) {
-                        close();
-                        current = sec;
-                        covered = 0;
-                    }
-                    covered += std::min(hi, (sec + 1) * 32) - std::max(lo, sec * 32);
-                }
-            }
-        close();
-        return partial * 32;
-    }
-};
-
-/// The object of about `size` payload bytes: 2-D rows twice the block apart; 3-D planes of 16
-/// rows, with a plane gap of one plane (the face of a padded cube).
-shape make_shape(const std::string& family, std::int64_t block, std::int64_t size) {
-    shape s;
-    s.family = family;
-    s.block = block;
-    s.pitch = 2 * block;
-    const std::int64_t blocks = std::max<std::int64_t>(1, size / block);
-    if (family == "2d") {
-        s.rows = blocks;
-    } else {
-        s.rows = 16;
-        s.planes = std::max<std::int64_t>(1, blocks / 16);
-        s.plane = 2 * 16 * s.pitch;
-    }
-    return s;
 }
 
 }  // namespace
@@ -119,13 +56,12 @@ int main(int argc, char** argv) {
         "(stream-ordered, one synchronisation per call) in GB/s of payload; before = the kernels before the\n"
         "fast path (one word per thread, the table's index math), x before = before time / shunt time;\n"
         "fast16, fast32, fast64 (--shapes) = the fast path with that many bytes in flight per thread;\n"
-        "staged (blocks of 1-4 B) = the staged kernels (a tile's typed span through shared memory), staged/bound\n"
-        "its fraction of the bound;\n"
         "bound = payload / (strided bytes rounded to 32-byte sectors + contiguous bytes) at the device-to-\n"
-        "device copy bandwidth measured "
-        "in the same run, and shunt/bound its fraction; shunt/rmw = the fraction of the bound plus a read of every\n"
-        "sector an unpack writes in part (memory written in whole ECC-protected sectors; packs: shunt/bound); 2D = "
-        "cudaMemcpy2DAsync (3d: one call per plane, over\n"
+        "device copy bandwidth measured in the same run, and shunt/bound its fraction; shunt/rmw = the\n"
+        "fraction of the bound plus a read of every sector an unpack writes in part (memory written in\n"
+        "whole ECC-protected sectors; packs: shunt/bound); staged (blocks of 1-4 B) = the staged kernels\n"
+        "(a tile's typed span through shared memory), staged/bound its fraction of the bound;\n"
+        "2D = cudaMemcpy2DAsync (3d: one call per plane, over\n"
         "the first --per-block-max planes); per-block = one cudaMemcpyAsync per block over the first\n"
         "--per-block-max blocks. Baselines timed on a part are scaled to the whole object for the ratios\n"
         "(x 2D, x per-block: baseline time / shunt time). Exits 77 without a CUDA device.");
@@ -265,11 +201,11 @@ int main(int argc, char** argv) {
             const auto times = measure(v, o);
             // The copy moves 2 * payload bytes of memory traffic in its time.
             const double traffic_per_s = 2.0 * static_cast<double>(payload) / times[3].best_s;
-            const double bound_s = static_cast<double>(sh.sector_bytes() + payload) / traffic_per_s;
+            const sector_counts sectors = sh.sectors();
+            const double bound_s = static_cast<double>(sectors.touched + payload) / traffic_per_s;
             // Unpacks: the bound plus a read of every sector written in part.
             const double rmw_bound_s =
-                pack ? bound_s
-                     : static_cast<double>(sh.sector_bytes() + sh.partial_sector_bytes() + payload) / traffic_per_s;
+                pack ? bound_s : static_cast<double>(sectors.touched + sectors.partial + payload) / traffic_per_s;
             const double per_block_s =
                 times[2].best_s * static_cast<double>(nblocks) / static_cast<double>(timed_blocks);
             const double two_d_s = times[1].best_s * static_cast<double>(sh.planes) / static_cast<double>(timed_planes);

@@ -5,6 +5,7 @@
 // usage: gpu_pack [N] [--seed S] [--only I] [--objects BYTES]
 //   N random types (default 10000); BYTES of payload in each of bench-gpu-pack's small-block objects
 //   (default 2 MiB, at most that; 0: none)
+#include "../../bench/gpu/shapes.hpp"
 #include "../mpi/probe.hpp"
 #include "../mpi/random_types.hpp"
 
@@ -275,12 +276,10 @@ std::int64_t check_bench_shapes(arena& a, cudaStream_t s, std::int64_t payload) 
     rng r(0xbe9c);
     for (const std::int64_t block : {1, 2, 4})
         for (const bool planes : {false, true}) {
-            const std::int64_t pitch = 2 * block, rows = std::max<std::int64_t>(16, payload / block / 16 * 16);
-            const shunt::layout l =
-                planes ? shunt::simplify(shunt::layout{{{rows / 16, 2 * 16 * pitch}, {16, pitch}}, {{0, block}}})
-                       : shunt::simplify(shunt::layout{{{rows, pitch}}, {{0, block}}});
-            const std::int64_t span = planes ? rows / 16 * 2 * 16 * pitch : rows * pitch, total = rows * block;
-            const std::string at = std::string(planes ? "3d" : "2d") + "/b" + std::to_string(block);
+            const shunt::bench::shape sh = shunt::bench::make_shape(planes ? "3d" : "2d", block, payload);
+            const shunt::layout l = sh.form();
+            const std::int64_t span = sh.span(), total = sh.payload();
+            const std::string at = sh.family + "/b" + std::to_string(block);
             std::vector<std::byte> typed(static_cast<std::size_t>(span)), back(typed.size());
             for (auto& b : typed) b = static_cast<std::byte>(r.next());
             std::vector<unsigned char> ref(static_cast<std::size_t>(total)), got(ref.size());

@@ -3,6 +3,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include "../../bench/gpu/shapes.hpp"
+
 #include <shunt/datatype/layout.hpp>
 #include <shunt/gpu/descriptor.hpp>
 #include <shunt/gpu/emulate.hpp>
@@ -138,15 +140,14 @@ TEST_CASE("staged tiles of bench-gpu-pack's small-block shapes fit the stage and
     // stage, and [lo, hi) is exactly the typed span of its bytes (the loads touch nothing else).
     constexpr std::int64_t threads = 256, tile = threads * shunt::gpu::staged_bytes_per_thread;
     for (const std::int64_t block : {1, 2, 4}) {
-        const std::int64_t pitch = 2 * block, rows = 3 * tile / block + 5;
-        for (const bool planes : {false, true}) {
-            const layout l = planes ? shunt::simplify(layout{{{rows / 16, 2 * 16 * pitch}, {16, pitch}}, {{0, block}}})
-                                    : shunt::simplify(layout{{{rows, pitch}}, {{0, block}}});
-            const std::int64_t n = planes ? rows / 16 * 16 : rows;
-            const flat_form f(l, (n + 64) * 4 * pitch, 1);
+        for (const char* family : {"2d", "3d"}) {
+            const shunt::bench::shape sh = shunt::bench::make_shape(family, block, 3 * tile + 5 * block);
+            const bool planes = sh.planes > 1;
+            const layout l = sh.form();
+            const flat_form f(l, sh.span(), 1);
             const auto fd = shunt::gpu::make_staged_dims(shunt::gpu::make_fast_dims(f.desc()));
             REQUIRE(fd.fast.ndims >= 1);
-            std::vector<std::byte> typed(static_cast<std::size_t>((n + 64) * 4 * pitch)), packed(f.desc().total);
+            std::vector<std::byte> typed(static_cast<std::size_t>(sh.span())), packed(f.desc().total);
             const auto t = reinterpret_cast<std::uintptr_t>(typed.data());
             const shunt::gpu::window w{0, f.desc().total};
             const auto ref = reference_offsets(l, 0, 1);
